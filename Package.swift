@@ -1,0 +1,43 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Ferry: a self-hosted sync gateway for offline-first apps.
+///
+/// Modules depend one way, bottom to top (see docs/ARCHITECTURE.md):
+/// C shims → FerryLoop → FerryHTTP / FerryPostgres → FerryGateway → ferry.
+let package = Package(
+    name: "Ferry",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "ferry", targets: ["ferry"]),
+        .library(name: "FerryGateway", targets: ["FerryGateway"]),
+    ],
+    targets: [
+        // MARK: - C libraries from Debian
+        .systemLibrary(name: "CLibUV", pkgConfig: "libuv", providers: [.apt(["libuv1-dev"])]),
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CHTTPParser", providers: [.apt(["libhttp-parser-dev"])]),
+        .systemLibrary(name: "CWslay", providers: [.apt(["libwslay-dev"])]),
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+
+        // MARK: - Ferry
+        .target(name: "FerryLoop", dependencies: ["CLibUV"]),
+        .target(name: "FerryHTTP", dependencies: ["FerryLoop", "CHTTPParser", "CWslay", "CCrypto"]),
+        .target(name: "FerryPostgres", dependencies: ["FerryLoop", "CLibPQ"]),
+        .target(
+            name: "FerryGateway",
+            dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CSodium", "CCrypto"],
+            resources: []
+        ),
+        .executableTarget(name: "ferry", dependencies: ["FerryGateway"]),
+
+        // MARK: - Tests
+        /// Shared by the test targets: the PostgreSQL each test gets, and small socket clients.
+        .target(name: "FerryTestSupport", dependencies: ["FerryLoop", "FerryPostgres"], path: "Tests/FerryTestSupport"),
+        .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop"]),
+        .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
+        .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
+        .testTarget(name: "FerryGatewayTests", dependencies: ["FerryGateway", "FerryTestSupport"]),
+    ]
+)

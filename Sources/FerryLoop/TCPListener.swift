@@ -1,0 +1,86 @@
+import CLibUV
+import Glibc
+
+/// A listening TCP socket on one loop. Loop thread only.
+///
+/// With `reusePort`, every loop of a ``LoopGroup`` opens its own listener on the
+/// same address (`SO_REUSEPORT`) and the kernel spreads new connections across
+/// them, so no loop hands connections to another.
+public final class TCPListener {
+    /// The loop accepting on this socket.
+    public let loop: EventLoop
+    /// The bound address (its port is the real one when port 0 was asked for).
+    public let address: SocketAddress
+    private let handle: UnsafeMutablePointer<uv_tcp_t>
+    private var onAccept: ((TCPConnection) -> Void)?
+    private var closed = false
+
+    /// Binds and listens on `address`, calling `onAccept` with each new connection
+    /// (not yet reading: the owner sets a delegate, then calls `startReading()`).
+    public init(
+        loop: EventLoop, address: SocketAddress, reusePort: Bool = true, backlog: Int32 = 1024,
+        onAccept: @escaping (TCPConnection) -> Void
+    ) throws(LoopError) {
+        loop.preconditionInEventLoop()
+        self.loop = loop
+        let fd = Glibc.socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw LoopError(errno: errno, operation: "socket") }
+        var one: Int32 = 1
+        let size = socklen_t(MemoryLayout<Int32>.size)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, size)
+        if reusePort { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, size) }
+        let bound = address.withSockAddr { Glibc.bind(fd, $0, $1) }
+        guard bound == 0 else {
+            let error = LoopError(errno: errno, operation: "bind \(address)")
+            Glibc.close(fd)
+            throw error
+        }
+        let handle = UnsafeMutablePointer<uv_tcp_t>.allocate(capacity: 1)
+        uv_tcp_init(loop.uv, handle)
+        var status = uv_tcp_open(handle, fd)
+        var local = sockaddr_storage()
+        var length = Int32(MemoryLayout<sockaddr_storage>.size)
+        if status == 0 {
+            status = withUnsafeMutablePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { uv_tcp_getsockname(handle, $0, &length) }
+            }
+        }
+        self.handle = handle
+        self.address = SocketAddress(local)
+        self.onAccept = onAccept
+        handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+        if status == 0 {
+            status = uv_listen(UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_stream_t.self), backlog) {
+                server, status in
+                guard status == 0, let data = server?.pointee.data else { return }
+                Unmanaged<TCPListener>.fromOpaque(data).takeUnretainedValue().acceptOne()
+            }
+        }
+        if status < 0 {
+            close()
+            throw LoopError(code: status, operation: "listen \(address)")
+        }
+    }
+
+    private func acceptOne() {
+        let client = UnsafeMutablePointer<uv_tcp_t>.allocate(capacity: 1)
+        uv_tcp_init(loop.uv, client)
+        let status = uv_accept(
+            UnsafeMutableRawPointer(handle).assumingMemoryBound(to: uv_stream_t.self),
+            UnsafeMutableRawPointer(client).assumingMemoryBound(to: uv_stream_t.self))
+        guard status == 0 else {
+            uv_close(asHandle(client)) { $0?.deallocate() }
+            return
+        }
+        uv_tcp_nodelay(client, 1)
+        onAccept?(TCPConnection(loop: loop, initializedHandle: client))
+    }
+
+    /// Stops accepting. Connections already accepted are not affected.
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        onAccept = nil
+        closeOwnedHandle(handle)
+    }
+}

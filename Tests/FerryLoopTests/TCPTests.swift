@@ -1,0 +1,131 @@
+import FerryLoop
+import Foundation
+import Synchronization
+import Testing
+
+/// Echoes what it reads; counts closes.
+private final class Echo: TCPConnectionDelegate {
+    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) { connection.write(bytes) }
+    func connectionDidReachEnd(_ connection: TCPConnection) { connection.closeAfterWrites() }
+    func connectionDidDrain(_ connection: TCPConnection) {}
+    func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
+}
+
+/// Collects what it reads and reports when `expected` bytes have arrived.
+private final class Collector: TCPConnectionDelegate {
+    var received: [UInt8] = []
+    let expected: Int
+    let done: ([UInt8]) -> Void
+    init(expected: Int, done: @escaping ([UInt8]) -> Void) {
+        self.expected = expected
+        self.done = done
+    }
+    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {
+        received += bytes
+        if received.count >= expected {
+            connection.close()
+            done(received)
+        }
+    }
+    func connectionDidReachEnd(_ connection: TCPConnection) {}
+    func connectionDidDrain(_ connection: TCPConnection) {}
+    func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
+}
+
+@Suite struct TCPTests {
+    @Test func echoesALargeWriteThroughTheWriteQueue() async throws {
+        let loop = EventLoop.spawn(name: "echo")
+        defer { loop.stop() }
+        let payload = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let received: [UInt8] = try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                do {
+                    let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                        connection in
+                        connection.delegate = Echo()
+                        connection.startReading()
+                    }
+                    TCPConnection.connect(on: loop, to: listener.address) { result in
+                        switch result {
+                        case .failure(let error): continuation.resume(throwing: error)
+                        case .success(let client):
+                            client.delegate = Collector(expected: payload.count) { bytes in
+                                listener.close()
+                                continuation.resume(returning: bytes)
+                            }
+                            client.startReading()
+                            client.write(payload)
+                        }
+                    }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        #expect(received == payload)
+    }
+
+    @Test func executeFromManyThreadsRunsEveryTaskOnTheLoop() async {
+        let loop = EventLoop.spawn(name: "tasks")
+        defer { loop.stop() }
+        final class Tally: Sendable {
+            let onLoop = Mutex(0)
+            let offLoop = Mutex(0)
+        }
+        let tally = Tally()
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            for _ in 0..<1000 {
+                loop.execute {
+                    if loop.inEventLoop {
+                        tally.onLoop.withLock { $0 += 1 }
+                    } else {
+                        tally.offLoop.withLock { $0 += 1 }
+                    }
+                }
+            }
+        }
+        await withCheckedContinuation { continuation in loop.execute { continuation.resume() } }
+        #expect(tally.onLoop.withLock { $0 } == 8000)
+        #expect(tally.offLoop.withLock { $0 } == 0)
+    }
+
+    @Test func timerFiresAfterItsDelayAndCanBeCancelled() async {
+        let loop = EventLoop.spawn(name: "timers")
+        defer { loop.stop() }
+        let fired: [String] = await withCheckedContinuation { continuation in
+            loop.execute {
+                var log: [String] = []
+                let cancelled = loop.schedule(after: 5) { log.append("cancelled") }
+                cancelled.close()
+                loop.schedule(after: 10) { log.append("first") }
+                loop.schedule(after: 30) {
+                    log.append("second")
+                    continuation.resume(returning: log)
+                }
+            }
+        }
+        #expect(fired == ["first", "second"])
+    }
+
+    @Test func listenersOnOnePortWithReusePort() throws {
+        let loop = EventLoop(name: "bind")
+        // Binding happens on the loop thread: run the loop briefly on this thread.
+        nonisolated(unsafe) var ports: [Int] = []
+        nonisolated(unsafe) var failure: Error?
+        loop.execute {
+            do {
+                let first = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) { _ in }
+                let second = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: first.address.port)) { _ in }
+                ports = [first.address.port, second.address.port]
+                first.close()
+                second.close()
+            } catch {
+                failure = error
+            }
+            loop.stop()
+        }
+        loop.run()
+        #expect(failure == nil)
+        #expect(ports.count == 2 && ports[0] == ports[1] && ports[0] > 0)
+    }
+}
