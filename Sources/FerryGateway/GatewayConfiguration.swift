@@ -1,0 +1,120 @@
+import Foundation
+
+/// Everything `ferry serve` needs, validated. Built from flags and `FERRY_*`
+/// environment variables by ``init(_:)``; `ferry dev` fills it in itself.
+public struct GatewayConfiguration: Sendable {
+    /// How log lines are written.
+    public enum LogFormat: String, Sendable { case text, json }
+
+    /// PostgreSQL URL for the request path (the gateway's login role).
+    public var databaseURL: String
+    /// PostgreSQL URL for the LISTEN connection: must reach the primary directly
+    /// (LISTEN does not work through transaction-pooling pgbouncer).
+    public var listenDatabaseURL: String
+    /// Host to bind (numeric IPv4 or IPv6).
+    public var host: String
+    /// Port to bind; 0 picks a free one.
+    public var port: Int
+    /// Event loops (threads), each accepting on the port with `SO_REUSEPORT`.
+    public var threads: Int
+    /// The HS256 secret that signs access tokens.
+    public var jwtSecret: String
+    /// An older secret still accepted during key rotation.
+    public var jwtPreviousSecret: String?
+    /// Text or JSON logs.
+    public var logFormat: LogFormat
+    /// Database connections per loop.
+    public var poolSize: Int
+    /// Server-side statement timeout, milliseconds.
+    public var statementTimeoutMilliseconds: Int
+    /// Largest request body accepted, bytes.
+    public var maxBodyBytes: Int
+    /// Seconds a client has to send a request's headers.
+    public var headerTimeoutSeconds: Int
+    /// Seconds an idle keep-alive connection stays open.
+    public var idleTimeoutSeconds: Int
+    /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
+    public var shutdownTimeoutSeconds: Int
+
+    /// The settings `ferry serve` reads; `--help` prints them.
+    public static let settings: [Setting] = [
+        Setting(
+            "database-url", env: "FERRY_DATABASE_URL",
+            help: "PostgreSQL URL for requests, e.g. postgresql://ferry_gateway:…@db:5432/app", isSecret: true),
+        Setting(
+            "listen-database-url", env: "FERRY_LISTEN_DATABASE_URL",
+            help: "PostgreSQL URL for LISTEN (direct to the primary; defaults to --database-url)", isOptional: true,
+            isSecret: true),
+        Setting("listen", env: "FERRY_LISTEN", default: "0.0.0.0:8080", help: "address to serve HTTP on, host:port"),
+        Setting(
+            "threads", env: "FERRY_THREADS", default: String(ProcessInfo.processInfo.activeProcessorCount),
+            help: "event loops (one per core is best)"),
+        Setting(
+            "jwt-secret", env: "FERRY_JWT_SECRET", help: "HS256 secret for access tokens, at least 32 bytes",
+            isSecret: true),
+        Setting(
+            "jwt-previous-secret", env: "FERRY_JWT_PREVIOUS_SECRET",
+            help: "older secret still accepted while rotating keys", isOptional: true, isSecret: true),
+        Setting("log-format", env: "FERRY_LOG_FORMAT", default: "text", help: "log lines as text or json"),
+        Setting("pool-size", env: "FERRY_POOL_SIZE", default: "8", help: "database connections per event loop"),
+        Setting(
+            "statement-timeout-ms", env: "FERRY_STATEMENT_TIMEOUT_MS", default: "10000",
+            help: "server-side statement timeout"),
+        Setting(
+            "max-body-bytes", env: "FERRY_MAX_BODY_BYTES", default: "1048576",
+            help: "largest request body accepted (larger: 413)"),
+        Setting(
+            "header-timeout", env: "FERRY_HEADER_TIMEOUT", default: "10",
+            help: "seconds a client has to send a request's headers"),
+        Setting(
+            "idle-timeout", env: "FERRY_IDLE_TIMEOUT", default: "75",
+            help: "seconds an idle keep-alive connection stays open"),
+        Setting(
+            "shutdown-timeout", env: "FERRY_SHUTDOWN_TIMEOUT", default: "10",
+            help: "seconds requests in flight get to finish on SIGTERM"),
+    ]
+
+    /// Validates resolved settings; the error names the offending flag and variable.
+    public init(_ values: SettingValues) throws(SettingsError) {
+        databaseURL = try Self.postgresURL(values, "database-url")
+        listenDatabaseURL = values.string("listen-database-url") == nil ? databaseURL : try Self.postgresURL(values, "listen-database-url")
+        (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
+        threads = try values.integer("threads", in: 1...256)!
+        jwtSecret = values.string("jwt-secret")!
+        guard jwtSecret.utf8.count >= 32 else {
+            throw SettingsError("invalid \(values.name("jwt-secret")): must be at least 32 bytes")
+        }
+        jwtPreviousSecret = values.string("jwt-previous-secret")
+        if let previous = jwtPreviousSecret, previous.utf8.count < 32 {
+            throw SettingsError("invalid \(values.name("jwt-previous-secret")): must be at least 32 bytes")
+        }
+        logFormat = LogFormat(rawValue: try values.choice("log-format", ["text", "json"])!)!
+        poolSize = try values.integer("pool-size", in: 1...1000)!
+        statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
+        maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!
+        headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!
+        idleTimeoutSeconds = try values.integer("idle-timeout", in: 1...86_400)!
+        shutdownTimeoutSeconds = try values.integer("shutdown-timeout", in: 0...3600)!
+    }
+
+    private static func postgresURL(_ values: SettingValues, _ flag: String) throws(SettingsError) -> String {
+        let url = values.string(flag)!
+        guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
+            throw SettingsError("invalid \(values.name(flag)): expected a postgresql:// URL")
+        }
+        return url
+    }
+
+    /// Splits `host:port` (`[::1]:8080` for IPv6).
+    static func hostAndPort(_ text: String, name: String) throws(SettingsError) -> (String, Int) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (0...65535).contains(port)
+        else {
+            throw SettingsError("invalid \(name): \(text) (expected host:port, e.g. 0.0.0.0:8080)")
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw SettingsError("invalid \(name): \(text) has no host") }
+        return (host, port)
+    }
+}

@@ -1,0 +1,161 @@
+/// One configurable value: read from a command-line flag, else an environment
+/// variable, else its default. The same table prints `--help`, so what a command
+/// accepts and what it documents cannot drift apart.
+public struct Setting: Sendable {
+    /// The flag without dashes, e.g. `database-url`.
+    public let flag: String
+    /// The environment variable, e.g. `FERRY_DATABASE_URL`; nil for flag-only settings.
+    public let environment: String?
+    /// The value used when neither flag nor environment gives one; nil means required
+    /// (unless ``isOptional``).
+    public let defaultValue: String?
+    /// One line of help.
+    public let help: String
+    /// A flag that takes no value (`--dry-run`).
+    public let isSwitch: Bool
+    /// A flag that may be given more than once (`--dir a --dir b`).
+    public let isRepeatable: Bool
+    /// Whether the setting may be absent without a default.
+    public let isOptional: Bool
+    /// Whether the value is a secret that must never be printed.
+    public let isSecret: Bool
+
+    /// Declares a setting.
+    public init(
+        _ flag: String, env environment: String? = nil, default defaultValue: String? = nil, help: String,
+        isSwitch: Bool = false, isRepeatable: Bool = false, isOptional: Bool = false, isSecret: Bool = false
+    ) {
+        self.flag = flag
+        self.environment = environment
+        self.defaultValue = defaultValue
+        self.help = help
+        self.isSwitch = isSwitch
+        self.isRepeatable = isRepeatable
+        self.isOptional = isOptional || isSwitch || isRepeatable
+        self.isSecret = isSecret
+    }
+}
+
+/// A missing or invalid setting: the CLI prints it as one line and exits 2.
+public struct SettingsError: Error, CustomStringConvertible, Equatable {
+    /// The one line to print, naming the flag and the environment variable.
+    public let description: String
+
+    /// An error with the given text.
+    public init(_ description: String) { self.description = description }
+}
+
+/// The values of a command's settings, resolved from arguments and environment.
+public struct SettingValues: Sendable {
+    private var values: [String: [String]] = [:]
+    private let settings: [String: Setting]
+    /// Arguments that are not flags, in order (e.g. `start` in `ferry db start`).
+    public private(set) var positional: [String] = []
+
+    /// Resolves `settings` from `arguments` (flags win) and `environment`.
+    ///
+    /// Accepts `--flag value`, `--flag=value` and bare switches. Unknown flags,
+    /// a missing value and a missing required setting are errors.
+    public init(
+        _ settings: [Setting], arguments: [String], environment: [String: String]
+    ) throws(SettingsError) {
+        self.settings = Dictionary(settings.map { ($0.flag, $0) }, uniquingKeysWith: { first, _ in first })
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            guard argument.hasPrefix("--") else {
+                positional.append(argument)
+                continue
+            }
+            var name = String(argument.dropFirst(2))
+            var inlineValue: String?
+            if let equals = name.firstIndex(of: "=") {
+                inlineValue = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            }
+            guard let setting = self.settings[name] else {
+                throw SettingsError("unknown option --\(name) (see --help)")
+            }
+            if setting.isSwitch {
+                values[name, default: []].append(inlineValue ?? "true")
+                continue
+            }
+            if let inlineValue {
+                values[name, default: []].append(inlineValue)
+            } else if index < arguments.count {
+                values[name, default: []].append(arguments[index])
+                index += 1
+            } else {
+                throw SettingsError("option --\(name) needs a value")
+            }
+        }
+        for setting in settings where values[setting.flag] == nil {
+            if let variable = setting.environment, let value = environment[variable], !value.isEmpty {
+                values[setting.flag] = [value]
+            } else if let value = setting.defaultValue {
+                values[setting.flag] = [value]
+            } else if !setting.isOptional {
+                let source = setting.environment.map { "set \($0) or pass --\(setting.flag)" } ?? "pass --\(setting.flag)"
+                throw SettingsError("missing setting: \(source) (\(setting.help))")
+            }
+        }
+    }
+
+    /// The value of a single-valued setting, or nil when it has none.
+    public func string(_ flag: String) -> String? {
+        precondition(settings[flag] != nil, "setting --\(flag) is not declared")
+        return values[flag]?.last
+    }
+
+    /// Every value given for a repeatable setting, in order.
+    public func strings(_ flag: String) -> [String] {
+        precondition(settings[flag] != nil, "setting --\(flag) is not declared")
+        return values[flag] ?? []
+    }
+
+    /// Whether a switch was given.
+    public func isOn(_ flag: String) -> Bool {
+        string(flag) == "true"
+    }
+
+    /// The value as an integer within `range`.
+    public func integer(_ flag: String, in range: ClosedRange<Int>) throws(SettingsError) -> Int? {
+        guard let text = string(flag) else { return nil }
+        guard let value = Int(text), range.contains(value) else {
+            throw SettingsError("invalid \(name(flag)): \(text) is not a whole number in \(range.lowerBound)...\(range.upperBound)")
+        }
+        return value
+    }
+
+    /// The value as one of `choices`.
+    public func choice(_ flag: String, _ choices: [String]) throws(SettingsError) -> String? {
+        guard let text = string(flag) else { return nil }
+        guard choices.contains(text) else {
+            throw SettingsError("invalid \(name(flag)): \(text) (expected \(choices.joined(separator: " or ")))")
+        }
+        return text
+    }
+
+    /// How an error should name the setting: the flag and the variable.
+    public func name(_ flag: String) -> String {
+        guard let variable = settings[flag]?.environment else { return "--\(flag)" }
+        return "--\(flag) / \(variable)"
+    }
+}
+
+extension Setting {
+    /// Formats settings for `--help`: one line each, with its variable and default.
+    public static func helpText(_ settings: [Setting]) -> String {
+        settings.map { setting in
+            var left = "  --\(setting.flag)"
+            if !setting.isSwitch { left += " <value>" }
+            var right = setting.help
+            if let variable = setting.environment { right += " [\(variable)]" }
+            if let value = setting.defaultValue, !setting.isSecret { right += " (default: \(value))" }
+            if setting.isRepeatable { right += " (repeatable)" }
+            let padding = max(2, 34 - left.count)
+            return left + String(repeating: " ", count: padding) + right
+        }.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,35 @@
+import FerryGateway
+import Foundation
+
+/// A `ferry` subcommand.
+protocol Command {
+    /// The word after `ferry`.
+    static var name: String { get }
+    /// One line for `ferry --help`.
+    static var summary: String { get }
+    /// What `ferry <name> --help` prints above the settings.
+    static var usage: String { get }
+    /// The flags and variables it reads.
+    static var settings: [Setting] { get }
+    /// Runs with resolved settings; returns the exit status.
+    static func run(_ values: SettingValues) throws -> Int32
+}
+
+/// Exit statuses shared by every command.
+enum ExitStatus {
+    static let success: Int32 = 0
+    static let failure: Int32 = 1
+    /// A missing or invalid setting, or a bad command line.
+    static let usage: Int32 = 2
+}
+
+/// Writes one line to standard error.
+func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// Writes one line to standard output, unbuffered (progress lines show up at once
+/// even when piped).
+func printLine(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
