@@ -60,6 +60,12 @@ package struct ConnectionStateMachine: Sendable {
         package var id: OperationID
         /// Its results (one per statement for a pipeline, one per statement of the string for simple) or its error.
         package var result: Result<[PostgresResult], PostgresError>
+
+        /// Creates a completion.
+        package init(id: OperationID, result: Result<[PostgresResult], PostgresError>) {
+            self.id = id
+            self.result = result
+        }
     }
 
     /// What the driver must do next.

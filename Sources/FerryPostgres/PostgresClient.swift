@@ -61,6 +61,13 @@ public final class PostgresClient: Sendable {
         }[0]
     }
 
+    /// Runs one statement, prepared once on the connection when it has a ``PostgresStatement/preparedName``.
+    public func query(_ statement: PostgresStatement) async throws(PostgresError) -> PostgresResult {
+        try await run { connection, done in
+            connection.query(statement) { done($0.map { [$0] }) }
+        }[0]
+    }
+
     /// Runs `statements` before one Sync (one round trip, one implicit transaction); one result per statement.
     public func pipeline(_ statements: [PostgresStatement]) async throws(PostgresError) -> [PostgresResult] {
         try await run { connection, done in connection.pipeline(statements, done) }
