@@ -101,14 +101,14 @@ public final class Listener {
 
     private func listen(on connection: PostgresConnection) {
         let sql = channels.map { "LISTEN \(Self.quoted($0))" }.joined(separator: "; ")
-        connection.onNotification = { [unowned self] in onNotification?($0) }
+        connection.onNotification = { [weak self] in self?.onNotification?($0) }
         connection.execute(sql) { [self] result in
             guard running else { return connection.close() }
             guard case .success = result else {
                 connection.close()
                 return scheduleReconnect()
             }
-            connection.onClose = { [unowned self, unowned connection] _ in dropped(connection) }
+            connection.onClose = { [weak self, unowned connection] _ in self?.dropped(connection) }
             self.connection = connection
             isConnected = true
             backoff = minimumBackoffMilliseconds
@@ -138,8 +138,8 @@ public final class Listener {
         backoff = min(backoff * 2, maximumBackoffMilliseconds)
         let timer = retryTimer ?? Timer(loop: loop)
         retryTimer = timer
-        timer.start(after: delay) { [unowned self] in
-            guard running else { return }
+        timer.start(after: delay) { [weak self] in
+            guard let self, running else { return }
             connect()
         }
     }

@@ -86,7 +86,9 @@ public struct PostgresConfiguration: Sendable, Equatable {
         pairs.append(("keepalives_interval", "10"))
         pairs.append(("keepalives_count", "3"))
         if let statementTimeoutMilliseconds {
-            pairs.append(("options", "-c statement_timeout=\(statementTimeoutMilliseconds)"))
+            // Keep options the connection string already sets; a later `options` keyword replaces it.
+            let given = parameters["options"].map { $0 + " " } ?? ""
+            pairs.append(("options", given + "-c statement_timeout=\(statementTimeoutMilliseconds)"))
         }
         return pairs
     }

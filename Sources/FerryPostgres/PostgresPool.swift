@@ -19,6 +19,14 @@ public final class PostgresPool {
         public var idle: Int
         /// Callers waiting for a connection.
         public var waiting: Int
+
+        /// Creates statistics (for comparisons in tests and metrics code).
+        public init(open: Int, inUse: Int, idle: Int, waiting: Int) {
+            self.open = open
+            self.inUse = inUse
+            self.idle = idle
+            self.waiting = waiting
+        }
     }
 
     private struct Waiter {
@@ -83,7 +91,7 @@ public final class PostgresPool {
         nextWaiterID += 1
         let id = nextWaiterID
         let timer = Timer(loop: loop)
-        timer.start(after: waitTimeoutMilliseconds) { [unowned self] in timeOut(id) }
+        timer.start(after: waitTimeoutMilliseconds) { [weak self] in self?.timeOut(id) }
         waiters.append(Waiter(id: id, completion: completion, timer: timer))
         openIfNeeded()
     }
@@ -150,7 +158,7 @@ public final class PostgresPool {
         _ body: @escaping (PostgresConnection, @escaping (Result<T, PostgresError>) -> Void) -> Void,
         _ completion: @escaping (Result<T, PostgresError>) -> Void
     ) {
-        lease { [unowned self] result in
+        lease { [self] result in
             switch result {
             case .failure(let error):
                 completion(.failure(error))
@@ -167,12 +175,12 @@ public final class PostgresPool {
     private func openIfNeeded() {
         while !closed, waiters.count > connecting, statistics.open < maxConnections {
             connecting += 1
-            PostgresConnection.connect(on: loop, configuration: configuration) { [unowned self] result in
+            PostgresConnection.connect(on: loop, configuration: configuration) { [self] result in
                 connecting -= 1
                 switch result {
                 case .success(let connection):
                     guard !closed else { return connection.close() }
-                    connection.onClose = { [unowned self, unowned connection] _ in discard(connection) }
+                    connection.onClose = { [weak self, unowned connection] _ in self?.discard(connection) }
                     hand(connection)
                 case .failure(let error):
                     // The oldest waiter gets the reason; the others keep waiting for a release or another attempt.

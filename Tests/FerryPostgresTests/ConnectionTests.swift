@@ -67,6 +67,34 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
         }
     }
 
+    @Test func operationsQueuedOnOneConnectionCompleteInOrder() async throws {
+        try await TestDatabase.with { database in
+            try await withLoop { loop in
+                let connection = try await connect(on: loop, database.configuration)
+                let order: [Int] = try await onLoop(loop) { done in
+                    var order: [Int] = []
+                    for index in 0..<50 {
+                        let completion: (Result<PostgresResult, PostgresError>) -> Void = { result in
+                            order.append((try? result.get()).flatMap { $0[0, 0] }.flatMap { Int($0) } ?? -1)
+                            if order.count == 50 { done(order) }
+                        }
+                        if index % 10 == 9 {
+                            connection.value.execute("select \(index)") { completion($0.map { $0[0] }) }
+                        } else {
+                            connection.value.query("select $1::int", [String(index)], completion)
+                        }
+                    }
+                    #expect(connection.value.pendingOperations == 50)
+                }
+                #expect(order == Array(0..<50))
+                try await onLoop(loop) { done in
+                    connection.value.close()
+                    done(())
+                }
+            }
+        }
+    }
+
     @Test func notificationFromAnotherConnectionArrives() async throws {
         try await TestDatabase.with { database in
             try await withLoop { loop in

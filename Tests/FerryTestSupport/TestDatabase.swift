@@ -40,8 +40,13 @@ public struct TestDatabase: Sendable {
         let name = "\(prefix)_\(UInt64.random(in: 0...UInt64.max) & 0xFFFF_FFFF_FFFF)".lowercased()
         do {
             let admin = try await PostgresClient.connect(maintenance)
-            defer { Task { await admin.close() } }
-            try await admin.execute("CREATE DATABASE \(name)")
+            do {
+                try await admin.execute("CREATE DATABASE \(name)")
+            } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
         } catch {
             throw TestDatabaseError(
                 "cannot create a test database on the server of \(environmentVariable) "
