@@ -185,6 +185,21 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
         }
     }
 
+    @Test func connectsThroughTheNextHostWhenTheFirstRefuses() async throws {
+        // libpq opens a new socket for the second host: the connection must watch the new one.
+        let database = try await TestDatabase.create()
+        let server = database.configuration.parameters
+        let host = server["host"] ?? "127.0.0.1"
+        let port = server["port"] ?? "5432"
+        let user = server["user"] ?? "postgres"
+        let configuration = try PostgresConfiguration(
+            "host=\(host),\(host) port=1,\(port) user=\(user) dbname=\(database.name)")
+        let client = try await PostgresClient.connect(configuration)
+        #expect(try await client.query("select current_database()")[0, 0] == database.name)
+        await client.close()
+        try await database.drop()
+    }
+
     @Test func unreachableServerFailsToConnectRetryably() async throws {
         let configuration = try PostgresConfiguration(
             "postgresql://postgres@127.0.0.1:1/postgres", connectTimeoutMilliseconds: 2_000)
