@@ -1,0 +1,87 @@
+import FerryGateway
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// A 32-byte secret for tests; never used outside them.
+let testSecret = "test-secret-test-secret-test-secret!"
+
+/// Starts an in-process gateway on a free loopback port, runs `body`, shuts it down.
+func withGateway<T>(
+    databaseURL: String, _ body: (_ port: Int) async throws -> T
+) async throws -> T {
+    let values = try SettingValues(
+        GatewayConfiguration.settings,
+        arguments: [
+            "--database-url", databaseURL, "--jwt-secret", testSecret, "--listen", "127.0.0.1:0", "--threads", "2",
+            "--shutdown-timeout", "2",
+        ], environment: [:])
+    let gateway = try Gateway(
+        configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))
+    let address = try gateway.start()
+    do {
+        let result = try await body(address.port)
+        await gateway.shutdown()
+        return result
+    } catch {
+        await gateway.shutdown()
+        throw error
+    }
+}
+
+/// Asks `path` on a fresh connection.
+func get(_ path: String, port: Int) throws -> HTTPTestResponse {
+    let client = try HTTPTestClient(port: port)
+    defer { client.close() }
+    try client.send("GET \(path) HTTP/1.1\r\nHost: test\r\n\r\n")
+    return try client.readResponse()
+}
+
+@Suite struct GatewayTests {
+    @Test func readyzAnswers200OnceDatabaseAndListenerAreUp() async throws {
+        try await TestDatabase.with { database in
+            try await withGateway(databaseURL: database.url) { port in
+                #expect(try get("/healthz", port: port).text == #"{"status":"ok"}"#)
+                var ready: HTTPTestResponse?
+                for _ in 0..<50 {
+                    let response = try get("/readyz", port: port)
+                    if response.status == 200 {
+                        ready = response
+                        break
+                    }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(ready?.text == #"{"status":"ready"}"#)
+            }
+        }
+    }
+
+    @Test func readyzAnswers503WhenTheDatabaseIsUnreachable() async throws {
+        // Port 1 on loopback refuses connections: the pool and the listener both fail.
+        try await withGateway(databaseURL: "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2") { port in
+            let response = try get("/readyz", port: port)
+            #expect(response.status == 503)
+            #expect(response.text.contains(#""code":"unavailable""#))
+            #expect(response.text.contains(#""retryable":true"#))
+            #expect(try get("/healthz", port: port).status == 200)
+        }
+    }
+
+    @Test func metricsCountRequestsFromEveryLoop() async throws {
+        try await TestDatabase.with { database in
+            try await withGateway(databaseURL: database.url) { port in
+                // Separate connections spread over both loops (SO_REUSEPORT).
+                for _ in 0..<20 { #expect(try get("/healthz", port: port).status == 200) }
+                #expect(try get("/no/such/path", port: port).status == 404)
+                let metrics = try get("/metrics", port: port)
+                #expect(metrics.status == 200)
+                #expect(metrics.header("Content-Type")?.hasPrefix("text/plain; version=0.0.4") == true)
+                #expect(metrics.text.contains(#"ferry_http_requests_total{route="/healthz",status="200"} 20"#))
+                #expect(metrics.text.contains(#"ferry_http_requests_total{route="unmatched",status="404"} 1"#))
+                #expect(metrics.text.contains(#"ferry_http_request_duration_seconds_count{route="/healthz"} 20"#))
+                #expect(metrics.text.contains("ferry_http_open_connections 1\n"))
+                #expect(metrics.text.contains("ferry_db_pool_waiting 0\n"))
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// The `ferry` binary SwiftPM built next to the tests.
+func ferryExecutable() throws -> URL {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    for configuration in ["debug", "release"] {
+        let url = root.appendingPathComponent(".build/\(configuration)/ferry")
+        if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+    }
+    throw MissingBinary()
+}
+
+/// The tests need the `ferry` executable; `swift build` (and `make test`) builds it.
+struct MissingBinary: Error, CustomStringConvertible {
+    var description: String { "no ferry binary under .build/: run `swift build` before the tests" }
+}
+
+/// A free loopback port (bound, read back, released).
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(fd, pointer, length)
+            return getsockname(fd, pointer, &length)
+        }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+@Suite struct ServeProcessTests {
+    @Test func missingSettingIsOneLineAndExitStatus2() throws {
+        let process = Process()
+        process.executableURL = try ferryExecutable()
+        process.arguments = ["serve"]
+        process.environment = ["PATH": "/usr/bin:/bin"]
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = Pipe()
+        try process.run()
+        process.waitUntilExit()
+        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 2)
+        #expect(text.split(separator: "\n").count == 1)
+        #expect(text.contains("FERRY_DATABASE_URL") && text.contains("--database-url"))
+    }
+
+    @Test func requestInFlightAtSIGTERMCompletesAndTheProcessExits0() async throws {
+        try await TestDatabase.with { database in
+            let port = try freePort()
+            let process = Process()
+            process.executableURL = try ferryExecutable()
+            process.arguments = ["serve"]
+            process.environment = [
+                "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
+                "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
+            ]
+            process.standardOutput = Pipe()
+            try process.run()
+            defer { if process.isRunning { process.terminate() } }
+
+            var client: HTTPTestClient?
+            for _ in 0..<100 where client == nil {
+                client = try? HTTPTestClient(port: port)
+                if client == nil { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            let inFlight = try #require(client, "ferry serve did not start listening within 5 s")
+            // Half a request: the server has begun it when the signal arrives.
+            try inFlight.send("POST /v1/nothing HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nhello")
+            try await Task.sleep(for: .milliseconds(200))
+            kill(process.processIdentifier, SIGTERM)
+            try await Task.sleep(for: .milliseconds(300))
+
+            // No new connections once shutdown began...
+            #expect((try? HTTPTestClient(port: port)) == nil)
+            // ...but the request in flight is answered.
+            try inFlight.send("world")
+            let response = try inFlight.readResponse()
+            #expect(response.status == 404)
+            #expect(response.header("Connection")?.lowercased() == "close")
+            #expect(inFlight.waitForClose())
+
+            for _ in 0..<100 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(!process.isRunning)
+            #expect(process.terminationStatus == 0)
+        }
+    }
+}
