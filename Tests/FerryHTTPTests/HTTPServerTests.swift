@@ -34,7 +34,7 @@ private final class TestServer {
     {
         group = LoopGroup(count: loops)
         let recorder = recorder
-        server = HTTPServer(configuration: configuration, group: group, observer: { _ in recorder }) { loop in
+        let routes: @Sendable (EventLoop) -> Router = { loop in
             var router = Router()
             router.get("/healthz") { _, responder in responder.respond(.text("ok")) }
             router.get("/later/:ms") { request, responder in
@@ -46,11 +46,13 @@ private final class TestServer {
                 responder.respond(HTTPResponse(status: .ok, body: request.body))
             }
             router.post("/v1/locks/:table/:key/claim") { request, responder in
-                responder.respond(.json(["table": request.pathParameters["table"], "key": request.pathParameters["key"]]))
+                responder.respond(
+                    .json(["table": request.pathParameters["table"], "key": request.pathParameters["key"]]))
             }
             router.get("/peer") { request, responder in responder.respond(.text(request.remoteAddress ?? "none")) }
             return router
         }
+        server = HTTPServer(configuration: configuration, group: group, observer: { _ in recorder }, router: routes)
         port = try server.start().port
     }
 
@@ -85,7 +87,8 @@ private final class TestServer {
         defer { server.stop() }
         let client = try server.client()
         try client.send(
-            "GET /later/150 HTTP/1.1\r\nHost: t\r\n\r\nGET /later/0 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            "GET /later/150 HTTP/1.1\r\nHost: t\r\n\r\nGET /later/0 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+        )
         #expect(try client.readResponse().text == "later 150")
         #expect(try client.readResponse().text == "later 0")
         #expect(try client.readResponse().text == "ok")
