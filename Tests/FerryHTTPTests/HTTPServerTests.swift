@@ -22,6 +22,14 @@ private final class Recorder: HTTPObserver, @unchecked Sendable {
     func connectionClosed(remoteAddress: String?) { lock.withLock { _closed += 1 } }
 }
 
+/// Echoes what it reads: the protocol a taken-over connection speaks in tests.
+private final class Echo: TCPConnectionDelegate {
+    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) { connection.write(bytes) }
+    func connectionDidReachEnd(_ connection: TCPConnection) { connection.closeAfterWrites() }
+    func connectionDidDrain(_ connection: TCPConnection) {}
+    func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
+}
+
 /// A server on its own loops and port, with the routes every test shares.
 private final class TestServer {
     let group: LoopGroup
@@ -48,6 +56,15 @@ private final class TestServer {
             router.post("/v1/locks/:table/:key/claim") { request, responder in
                 responder.respond(
                     .json(["table": request.pathParameters["table"], "key": request.pathParameters["key"]]))
+            }
+            router.get("/v1/stream") { _, responder in
+                // What the WebSocket layer will do: answer 101 itself and speak another protocol.
+                responder.takeOver { tcp, buffered in
+                    tcp.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+                    tcp.write(buffered)
+                    tcp.delegate = Echo()
+                    tcp.startReading()
+                }
             }
             router.get("/peer") { request, responder in responder.respond(.text(request.remoteAddress ?? "none")) }
             return router
@@ -272,7 +289,45 @@ private final class TestServer {
         for client in clients { #expect(try client.request("GET", "/healthz").text == "ok") }
     }
 
+    @Test func aHandlerCanTakeTheConnectionOverWithTheBytesAfterTheUpgrade() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send("GET /v1/stream HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nfirst")
+        let switched = try client.readResponse()
+        #expect(switched.status == 101)
+        #expect(try client.readBytes(5) == Array("first".utf8))
+        try client.send("second")
+        #expect(try client.readBytes(6) == Array("second".utf8))
+        // The HTTP side let go of it: the observer saw it leave.
+        #expect(server.recorder.closed == 1)
+    }
+
+    @Test func takeOverIsRefusedWhileAnotherRequestIsInFlight() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send("GET /later/100 HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/stream HTTP/1.1\r\nHost: t\r\n\r\n")
+        #expect(try client.readResponse().status == 200)
+        let refused = try client.readResponse()
+        #expect(refused.status == 400 && refused.text.contains("invalid_request"))
+    }
+
     // MARK: - Shutdown
+
+    @Test func shuttingDownTwiceCompletesBoth() throws {
+        let server = try TestServer()
+        let client = try server.client()
+        try client.send("GET /later/100 HTTP/1.1\r\nHost: t\r\n\r\n")
+        Thread.sleep(forTimeInterval: 0.03)
+        let done = DispatchSemaphore(value: 0)
+        server.server.shutdown(deadline: .now + .seconds(3)) { done.signal() }
+        server.server.shutdown(deadline: .now + .seconds(3)) { done.signal() }
+        #expect(done.wait(timeout: .now() + 3) == .success)
+        #expect(done.wait(timeout: .now() + 3) == .success)
+        #expect(try client.readResponse().text == "later 100")
+        server.group.stop()
+    }
 
     @Test func gracefulShutdownLetsARequestInFlightFinish() throws {
         let server = try TestServer()
