@@ -5,6 +5,7 @@ import CHTTPParser
 /// The common methods are plain cases so that routing compares small integers, not
 /// strings; anything else http-parser accepts arrives as ``other(_:)``.
 public enum HTTPMethod: Hashable, Sendable, CustomStringConvertible {
+    /// A method with a case of its own.
     case get, head, post, put, delete, patch, options, connect, trace
     /// A method without a case of its own (WebDAV and friends), by its name.
     case other(String)
@@ -25,6 +26,7 @@ public enum HTTPMethod: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The method's name.
     public var description: String { name }
 
     /// Maps http-parser's `enum http_method` value.

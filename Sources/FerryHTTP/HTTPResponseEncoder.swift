@@ -53,22 +53,11 @@ enum HTTPResponseEncoder {
 
     private static func appendDecimal(_ value: Int, to buffer: inout [UInt8]) {
         precondition(value >= 0, "lengths and statuses are not negative")
-        if value < 10 {
-            buffer.append(UInt8(ascii: "0") + UInt8(value))
-            return
-        }
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        var rest = value
-        withUnsafeMutableBytes(of: &digits) { scratch in
-            while rest > 0 {
-                scratch[count] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-                count += 1
-            }
-            for index in stride(from: count - 1, through: 0, by: -1) { buffer.append(scratch[index]) }
+        var divisor = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        while divisor > 0 {
+            buffer.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
         }
     }
 }

@@ -76,7 +76,8 @@ public final class HTTPServer: Sendable {
                 let loop = bound.loop
                 do throws(LoopError) {
                     let server = bound.value
-                    return .success(try server.listen(on: requested, router: makeRouter(loop), observer: makeObserver(loop)))
+                    return .success(
+                        try server.listen(on: requested, router: makeRouter(loop), observer: makeObserver(loop)))
                 } catch {
                     return .failure(error)
                 }
@@ -100,7 +101,9 @@ public final class HTTPServer: Sendable {
     ///
     /// `completion` runs once every connection is gone, on the thread of the loop whose
     /// last connection closed last (any thread, as far as the caller knows). Safe from
-    /// any thread; the loops keep running.
+    /// any thread; the loops keep running. A second call keeps the first deadline and
+    /// completes when the first does. Connections taken over by another protocol
+    /// (``HTTPResponder/takeOver(_:)``) are not the HTTP server's to close.
     public func shutdown(deadline: ContinuousClock.Instant, completion: @escaping @Sendable () -> Void) {
         phase.withLock { $0 = .shutDown }
         let grace = max(.zero, deadline - .now)
@@ -215,7 +218,19 @@ final class HTTPServerLoop {
     // MARK: - Shutdown
 
     func shutdown(forceAfter milliseconds: UInt64, completion: @escaping () -> Void) {
-        precondition(!isShuttingDown, "shutdown twice")
+        guard !isShuttingDown else {
+            // A second request (say SIGINT after SIGTERM) keeps the first deadline and
+            // learns of the same end.
+            if let earlier = onDrained {
+                onDrained = {
+                    earlier()
+                    completion()
+                }
+            } else {
+                completion()
+            }
+            return
+        }
         isShuttingDown = true
         onDrained = completion
         closeListener()

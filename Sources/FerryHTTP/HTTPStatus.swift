@@ -2,6 +2,7 @@
 public struct HTTPStatus: RawRepresentable, Hashable, Sendable, ExpressibleByIntegerLiteral, CustomStringConvertible {
     /// The three-digit code.
     public var code: Int
+    /// The code, for `RawRepresentable`.
     public var rawValue: Int { code }
 
     /// Wraps any code from 100 to 999.
@@ -10,28 +11,50 @@ public struct HTTPStatus: RawRepresentable, Hashable, Sendable, ExpressibleByInt
         self.code = code
     }
 
+    /// Wraps `rawValue` (see ``init(code:)``).
     public init(rawValue: Int) { self.init(code: rawValue) }
+    /// Lets a literal stand for a status: `let status: HTTPStatus = 418`.
     public init(integerLiteral value: Int) { self.init(code: value) }
 
+    /// 100 Continue.
     public static let `continue`: HTTPStatus = 100
+    /// 101 Switching Protocols.
     public static let switchingProtocols: HTTPStatus = 101
+    /// 200 OK.
     public static let ok: HTTPStatus = 200
+    /// 201 Created.
     public static let created: HTTPStatus = 201
+    /// 202 Accepted.
     public static let accepted: HTTPStatus = 202
+    /// 204 No Content.
     public static let noContent: HTTPStatus = 204
+    /// 304 Not Modified.
     public static let notModified: HTTPStatus = 304
+    /// 400 Bad Request.
     public static let badRequest: HTTPStatus = 400
+    /// 401 Unauthorized.
     public static let unauthorized: HTTPStatus = 401
+    /// 403 Forbidden.
     public static let forbidden: HTTPStatus = 403
+    /// 404 Not Found.
     public static let notFound: HTTPStatus = 404
+    /// 405 Method Not Allowed.
     public static let methodNotAllowed: HTTPStatus = 405
+    /// 408 Request Timeout.
     public static let requestTimeout: HTTPStatus = 408
+    /// 409 Conflict.
     public static let conflict: HTTPStatus = 409
+    /// 413 Payload Too Large.
     public static let payloadTooLarge: HTTPStatus = 413
+    /// 414 URI Too Long.
     public static let uriTooLong: HTTPStatus = 414
+    /// 429 Too Many Requests.
     public static let tooManyRequests: HTTPStatus = 429
+    /// 431 Request Header Fields Too Large.
     public static let headersTooLarge: HTTPStatus = 431
+    /// 500 Internal Server Error.
     public static let internalServerError: HTTPStatus = 500
+    /// 503 Service Unavailable.
     public static let serviceUnavailable: HTTPStatus = 503
 
     /// Whether a response with this status never has a body (1xx, 204, 304).
@@ -74,5 +97,6 @@ public struct HTTPStatus: RawRepresentable, Hashable, Sendable, ExpressibleByInt
         }
     }
 
+    /// `200 OK`.
     public var description: String { "\(code) \(reasonPhrase)" }
 }

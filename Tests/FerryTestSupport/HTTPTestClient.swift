@@ -122,6 +122,13 @@ public final class HTTPTestClient {
         return response
     }
 
+    /// Reads exactly `count` raw bytes (after a protocol switch, say).
+    public func readBytes(_ count: Int) throws -> [UInt8] {
+        while buffer.count < count { try receiveMore() }
+        defer { buffer.removeFirst(count) }
+        return Array(buffer[..<count])
+    }
+
     /// Waits up to the receive timeout for the server to close; true when it did
     /// (end of stream or reset) and no unread bytes were left.
     public func waitForClose() -> Bool {

@@ -1,0 +1,371 @@
+import Dispatch
+import FerryHTTP
+import FerryLoop
+import FerryTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+/// Counts what the server reports, for tests; one per loop, read from the test thread.
+private final class Recorder: HTTPObserver, @unchecked Sendable {
+    private let lock = NSLock()
+    private var _records: [HTTPResponseRecord] = []
+    private var _opened = 0
+    private var _closed = 0
+
+    var records: [HTTPResponseRecord] { lock.withLock { _records } }
+    var opened: Int { lock.withLock { _opened } }
+    var closed: Int { lock.withLock { _closed } }
+
+    func connectionOpened(remoteAddress: String?) { lock.withLock { _opened += 1 } }
+    func responseSent(_ record: HTTPResponseRecord) { lock.withLock { _records.append(record) } }
+    func connectionClosed(remoteAddress: String?) { lock.withLock { _closed += 1 } }
+}
+
+/// Echoes what it reads: the protocol a taken-over connection speaks in tests.
+private final class Echo: TCPConnectionDelegate {
+    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) { connection.write(bytes) }
+    func connectionDidReachEnd(_ connection: TCPConnection) { connection.closeAfterWrites() }
+    func connectionDidDrain(_ connection: TCPConnection) {}
+    func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
+}
+
+/// A server on its own loops and port, with the routes every test shares.
+private final class TestServer {
+    let group: LoopGroup
+    let server: HTTPServer
+    let port: Int
+    let recorder = Recorder()
+
+    init(loops: Int = 1, configuration: HTTPServerConfiguration = HTTPServerConfiguration(host: "127.0.0.1", port: 0))
+        throws
+    {
+        group = LoopGroup(count: loops)
+        let recorder = recorder
+        let routes: @Sendable (EventLoop) -> Router = { loop in
+            var router = Router()
+            router.get("/healthz") { _, responder in responder.respond(.text("ok")) }
+            router.get("/later/:ms") { request, responder in
+                // Answers from a timer: the way a handler answers after a database query.
+                let delay = UInt64(request.pathParameters["ms"] ?? "0") ?? 0
+                loop.schedule(after: delay) { responder.respond(.text("later \(delay)")) }
+            }
+            router.post("/echo") { request, responder in
+                responder.respond(HTTPResponse(status: .ok, body: request.body))
+            }
+            router.post("/v1/locks/:table/:key/claim") { request, responder in
+                responder.respond(
+                    .json(["table": request.pathParameters["table"], "key": request.pathParameters["key"]]))
+            }
+            router.get("/v1/stream") { _, responder in
+                // What the WebSocket layer will do: answer 101 itself and speak another protocol.
+                responder.takeOver { tcp, buffered in
+                    tcp.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+                    tcp.write(buffered)
+                    tcp.delegate = Echo()
+                    tcp.startReading()
+                }
+            }
+            router.get("/peer") { request, responder in responder.respond(.text(request.remoteAddress ?? "none")) }
+            return router
+        }
+        server = HTTPServer(configuration: configuration, group: group, observer: { _ in recorder }, router: routes)
+        port = try server.start().port
+    }
+
+    func client(timeout: Double = 5) throws -> HTTPTestClient { try HTTPTestClient(port: port, timeout: timeout) }
+
+    /// Shuts down (waiting at most a few seconds) and stops the loops.
+    func stop() {
+        let done = DispatchSemaphore(value: 0)
+        server.shutdown(deadline: .now + .seconds(2)) { done.signal() }
+        _ = done.wait(timeout: .now() + 5)
+        group.stop()
+    }
+}
+
+@Suite struct HTTPServerTests {
+    @Test func keepAliveServesSeveralRequestsOnOneConnection() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        for _ in 0..<5 {
+            let response = try client.request("GET", "/healthz")
+            #expect(response.status == 200 && response.text == "ok")
+            #expect(response.header("Content-Length") == "2")
+            #expect(response.header("Date")?.hasSuffix(" GMT") == true)
+            #expect(response.header("Connection") == nil)
+        }
+        #expect(server.recorder.opened == 1)
+    }
+
+    @Test func pipelinedRequestsAreAnsweredInOrderWhenTheFirstAnswersLast() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send(
+            "GET /later/150 HTTP/1.1\r\nHost: t\r\n\r\nGET /later/0 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+        )
+        #expect(try client.readResponse().text == "later 150")
+        #expect(try client.readResponse().text == "later 0")
+        #expect(try client.readResponse().text == "ok")
+    }
+
+    @Test func manyPipelinedRequestsBeyondTheBufferBoundAreAllAnswered() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.limits.maxPipelinedRequests = 4
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send(String(repeating: "GET /later/1 HTTP/1.1\r\nHost: t\r\n\r\n", count: 50))
+        for _ in 0..<50 { #expect(try client.readResponse().text == "later 1") }
+    }
+
+    @Test func aHandlerMayAnswerLaterFromATimer() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let started = ContinuousClock.now
+        let response = try server.client().request("GET", "/later/100")
+        #expect(response.text == "later 100")
+        #expect(ContinuousClock.now - started >= .milliseconds(90))
+    }
+
+    @Test func bodiesArriveWholeIncludingChunked() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        let big = (0..<200_000).map { UInt8(truncatingIfNeeded: $0) }
+        #expect(try client.request("POST", "/echo", body: big).body == big)
+        try client.send("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        #expect(try client.readResponse().text == "abcde")
+    }
+
+    @Test func pathParametersReachTheHandler() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let response = try server.client().request("POST", "/v1/locks/active_game/current/claim")
+        let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: String]
+        #expect(object == ["table": "active_game", "key": "current"])
+        #expect(response.header("Content-Type") == "application/json")
+    }
+
+    @Test func wrongMethodIs405WithAllow() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let response = try server.client().request("DELETE", "/healthz")
+        #expect(response.status == 405)
+        #expect(response.header("Allow") == "GET, HEAD")
+        #expect(response.text.contains(#""code":"method_not_allowed""#))
+    }
+
+    @Test func unknownPathIs404Json() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let response = try server.client().request("GET", "/nowhere")
+        #expect(response.status == 404)
+        #expect(response.header("Content-Type") == "application/json")
+        let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: [String: Any]]
+        #expect(object?["error"]?["code"] as? String == "not_found")
+        #expect(object?["error"]?["retryable"] as? Bool == false)
+    }
+
+    @Test func headGetsGetHeadersAndNoBody() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        let head = try client.request("HEAD", "/healthz")
+        #expect(head.status == 200 && head.header("Content-Length") == "2" && head.body.isEmpty)
+        // Had a body been sent, it would be read here as the start of the next response.
+        #expect(try client.request("GET", "/healthz").text == "ok")
+    }
+
+    @Test func slowHeadersAreClosedByTheHeadTimeout() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.headTimeout = .milliseconds(200)
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let client = try server.client(timeout: 3)
+        let started = ContinuousClock.now
+        try client.send("GET /healthz HTTP/1.1\r\nHost:")
+        #expect(client.waitForClose())
+        let elapsed = ContinuousClock.now - started
+        #expect(elapsed >= .milliseconds(150) && elapsed < .seconds(2))
+        #expect(client.unreadBytes.isEmpty, "closed without a response")
+    }
+
+    @Test func aSilentConnectionIsClosedByTheHeadTimeout() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.headTimeout = .milliseconds(150)
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        #expect(try server.client(timeout: 3).waitForClose())
+    }
+
+    @Test func idleKeepAliveConnectionsAreClosedByTheIdleTimeout() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.idleTimeout = .milliseconds(200)
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let client = try server.client(timeout: 3)
+        #expect(try client.request("GET", "/healthz").status == 200)
+        let started = ContinuousClock.now
+        #expect(client.waitForClose())
+        #expect(ContinuousClock.now - started >= .milliseconds(150))
+    }
+
+    @Test func malformedRequestGets400AndTheConnectionCloses() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nNONSENSE\r\n\r\n")
+        #expect(try client.readResponse().status == 200)
+        let refusal = try client.readResponse()
+        #expect(refusal.status == 400 && refusal.header("Connection") == "close")
+        #expect(refusal.text.contains(#""code":"invalid_request""#))
+        #expect(client.waitForClose())
+    }
+
+    @Test func oversizedRequestsGetTheirLimitStatus() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let cases: [(String, Int, String)] = [
+            ("POST /echo HTTP/1.1\r\nContent-Length: 1048577\r\n\r\n", 413, "payload_too_large"),
+            ("GET /\(String(repeating: "a", count: 8200)) HTTP/1.1\r\n\r\n", 414, "uri_too_long"),
+            ("GET / HTTP/1.1\r\nX: \(String(repeating: "b", count: 16400))\r\n\r\n", 431, "headers_too_large"),
+        ]
+        for (request, status, code) in cases {
+            let client = try server.client()
+            try client.send(request)
+            let response = try client.readResponse()
+            #expect(response.status == status && response.text.contains(code))
+            #expect(client.waitForClose())
+        }
+    }
+
+    @Test func connectionCloseRequestIsAnsweredThenClosed() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        let response = try client.request("GET", "/healthz", headers: [("Connection", "close")])
+        #expect(response.header("Connection") == "close")
+        #expect(client.waitForClose())
+    }
+
+    @Test func answeringAfterTheClientLeftIsHarmless() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let leaving = try server.client()
+        try leaving.send("GET /later/50 HTTP/1.1\r\nHost: t\r\n\r\n")
+        leaving.close()
+        Thread.sleep(forTimeInterval: 0.1)
+        #expect(try server.client().request("GET", "/healthz").text == "ok")
+    }
+
+    @Test func observerSeesRoutesStatusesAndConnections() throws {
+        let server = try TestServer()
+        let client = try server.client()
+        _ = try client.request("POST", "/v1/locks/t/k/claim")
+        _ = try client.request("GET", "/missing")
+        client.close()
+        server.stop()
+        let records = server.recorder.records
+        #expect(records.map(\.route) == ["/v1/locks/:table/:key/claim", nil])
+        #expect(records.map(\.status.code) == [200, 404])
+        #expect(records.map(\.method) == [.post, .get])
+        #expect(records.allSatisfy { $0.responseBytes > 0 && $0.remoteAddress?.hasPrefix("127.0.0.1:") == true })
+        #expect(server.recorder.opened == 1 && server.recorder.closed == 1)
+    }
+
+    @Test func requestsCarryThePeerAddress() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        #expect(try server.client().request("GET", "/peer").text.hasPrefix("127.0.0.1:"))
+    }
+
+    @Test func everyLoopOfTheGroupServesOnTheSamePort() throws {
+        let server = try TestServer(loops: 2)
+        defer { server.stop() }
+        let clients = try (0..<8).map { _ in try server.client() }
+        for client in clients { #expect(try client.request("GET", "/healthz").text == "ok") }
+    }
+
+    @Test func aHandlerCanTakeTheConnectionOverWithTheBytesAfterTheUpgrade() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send("GET /v1/stream HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nfirst")
+        let switched = try client.readResponse()
+        #expect(switched.status == 101)
+        #expect(try client.readBytes(5) == Array("first".utf8))
+        try client.send("second")
+        #expect(try client.readBytes(6) == Array("second".utf8))
+        // The HTTP side let go of it: the observer saw it leave.
+        #expect(server.recorder.closed == 1)
+    }
+
+    @Test func takeOverIsRefusedWhileAnotherRequestIsInFlight() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send("GET /later/100 HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/stream HTTP/1.1\r\nHost: t\r\n\r\n")
+        #expect(try client.readResponse().status == 200)
+        let refused = try client.readResponse()
+        #expect(refused.status == 400 && refused.text.contains("invalid_request"))
+    }
+
+    // MARK: - Shutdown
+
+    @Test func shuttingDownTwiceCompletesBoth() throws {
+        let server = try TestServer()
+        let client = try server.client()
+        try client.send("GET /later/100 HTTP/1.1\r\nHost: t\r\n\r\n")
+        Thread.sleep(forTimeInterval: 0.03)
+        let done = DispatchSemaphore(value: 0)
+        server.server.shutdown(deadline: .now + .seconds(3)) { done.signal() }
+        server.server.shutdown(deadline: .now + .seconds(3)) { done.signal() }
+        #expect(done.wait(timeout: .now() + 3) == .success)
+        #expect(done.wait(timeout: .now() + 3) == .success)
+        #expect(try client.readResponse().text == "later 100")
+        server.group.stop()
+    }
+
+    @Test func gracefulShutdownLetsARequestInFlightFinish() throws {
+        let server = try TestServer()
+        let idle = try server.client()
+        #expect(try idle.request("GET", "/healthz").status == 200)
+        let busy = try server.client()
+        try busy.send("GET /later/300 HTTP/1.1\r\nHost: t\r\n\r\n")
+        Thread.sleep(forTimeInterval: 0.05)
+        let finished = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        server.server.shutdown(deadline: .now + .seconds(5)) {
+            finished.store(true, ordering: .sequentiallyConsistent)
+            done.signal()
+        }
+        // The idle keep-alive connection closes at once; the busy one gets its answer first.
+        #expect(idle.waitForClose())
+        let finishedEarly = finished.load(ordering: .sequentiallyConsistent)
+        #expect(!finishedEarly)
+        let response = try busy.readResponse()
+        #expect(response.text == "later 300" && response.header("Connection") == "close")
+        #expect(busy.waitForClose())
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        // No longer accepting.
+        #expect((try? HTTPTestClient(port: server.port).request("GET", "/healthz")) == nil)
+        server.group.stop()
+    }
+
+    @Test func shutdownForceClosesWhatOutlivesTheDeadline() throws {
+        let server = try TestServer()
+        let busy = try server.client()
+        try busy.send("GET /later/5000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        Thread.sleep(forTimeInterval: 0.05)
+        let started = ContinuousClock.now
+        let done = DispatchSemaphore(value: 0)
+        server.server.shutdown(deadline: .now + .milliseconds(200)) { done.signal() }
+        #expect(done.wait(timeout: .now() + 3) == .success)
+        #expect(ContinuousClock.now - started < .seconds(2))
+        #expect(busy.waitForClose())
+        server.group.stop()
+    }
+}

@@ -1,0 +1,71 @@
+import Testing
+
+@testable import FerryHTTP
+
+/// The pattern a match found, its parameters, or what went wrong, comparable in `#expect`.
+private enum Outcome: Equatable {
+    case found(String, [String: String])
+    case methodNotAllowed([HTTPMethod])
+    case notFound
+}
+
+private func outcome(_ router: Router, _ method: HTTPMethod, _ path: String) -> Outcome {
+    switch router.match(method: method, path: path) {
+    case .found(_, let parameters, let pattern): .found(pattern, parameters)
+    case .methodNotAllowed(let allowed): .methodNotAllowed(allowed)
+    case .notFound: .notFound
+    }
+}
+
+private func router(_ routes: [(HTTPMethod, String)]) -> Router {
+    var router = Router()
+    for (method, pattern) in routes { router.add(method, pattern) { _, _ in } }
+    return router
+}
+
+@Suite struct RouterTests {
+    @Test func matchesExactPaths() {
+        let routes = router([(.get, "/healthz"), (.get, "/readyz"), (.post, "/v1/push")])
+        #expect(outcome(routes, .get, "/healthz") == .found("/healthz", [:]))
+        #expect(outcome(routes, .post, "/v1/push") == .found("/v1/push", [:]))
+        #expect(outcome(routes, .get, "/v1") == .notFound)
+        #expect(outcome(routes, .get, "/nope") == .notFound)
+        #expect(outcome(routes, .get, "/healthz/extra") == .notFound)
+    }
+
+    @Test func capturesParametersPercentDecoded() {
+        let routes = router([(.post, "/v1/locks/:table/:key/claim")])
+        #expect(
+            outcome(routes, .post, "/v1/locks/active_game/a%2Fb/claim")
+                == .found("/v1/locks/:table/:key/claim", ["table": "active_game", "key": "a/b"]))
+    }
+
+    @Test func exactSegmentsWinOverParameters() {
+        let routes = router([(.get, "/v1/:thing"), (.get, "/v1/schema")])
+        #expect(outcome(routes, .get, "/v1/schema") == .found("/v1/schema", [:]))
+        #expect(outcome(routes, .get, "/v1/other") == .found("/v1/:thing", ["thing": "other"]))
+    }
+
+    @Test func fallsBackToAParameterWhenTheExactBranchLeadsNowhere() {
+        let routes = router([(.get, "/a/:x/c"), (.get, "/a/b/d")])
+        #expect(outcome(routes, .get, "/a/b/c") == .found("/a/:x/c", ["x": "b"]))
+        #expect(outcome(routes, .get, "/a/b/d") == .found("/a/b/d", [:]))
+    }
+
+    @Test func wrongMethodListsTheAllowedOnes() {
+        let routes = router([(.get, "/v1/pull"), (.delete, "/v1/pull")])
+        #expect(outcome(routes, .post, "/v1/pull") == .methodNotAllowed([.get, .delete, .head]))
+    }
+
+    @Test func headIsServedByGet() {
+        let routes = router([(.get, "/healthz")])
+        #expect(outcome(routes, .head, "/healthz") == .found("/healthz", [:]))
+    }
+
+    @Test func emptySegmentsAndTheRootAreHandled() {
+        let routes = router([(.get, "/"), (.get, "/healthz")])
+        #expect(outcome(routes, .get, "/") == .found("/", [:]))
+        #expect(outcome(routes, .get, "/healthz/") == .found("/healthz", [:]))
+        #expect(outcome(router([(.get, "/healthz")]), .get, "/") == .notFound)
+    }
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# HTTP: GET /healthz on Ferry against nginx (`return 200 "ok"`), with 1 and then 2
+# loops / worker processes, wrk -t2 -c64 -d10s, median of 3 runs each (runs interleaved
+# so that drift on a shared machine hits both alike). Prints requests/s and Ferry/nginx.
+#
+# Usage: bench/http.sh            (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS="1 2")
+# Until `ferry serve` exists it runs the ferry-http-bench target (bench/http-server).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+LOOPS=${LOOPS:-"1 2"}
+
+swift build -c release --product ferry-http-bench >&2
+FERRY=$(swift build -c release --show-bin-path)/ferry-http-bench
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_until_up() {
+    for _ in $(seq 100); do
+        curl -fs -o /dev/null "http://127.0.0.1:$1/healthz" && return 0
+        sleep 0.1
+    done
+    echo "nothing answers on port $1" >&2
+    return 1
+}
+
+requests_per_second() {
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$1/healthz" | awk '/^Requests\/sec:/ { print $2 }'
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+start_nginx() { # workers port
+    mkdir -p "$tmp/nginx-$1"
+    cat > "$tmp/nginx-$1/nginx.conf" <<CONF
+worker_processes $1;
+pid $tmp/nginx-$1/nginx.pid;
+error_log $tmp/nginx-$1/error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $tmp/nginx-$1/body;
+    proxy_temp_path $tmp/nginx-$1/proxy;
+    fastcgi_temp_path $tmp/nginx-$1/fastcgi;
+    uwsgi_temp_path $tmp/nginx-$1/uwsgi;
+    scgi_temp_path $tmp/nginx-$1/scgi;
+    server {
+        listen 127.0.0.1:$2;
+        location / { return 200 "ok"; }
+    }
+}
+CONF
+    nginx -e "$tmp/nginx-$1/error.log" -p "$tmp/nginx-$1" -c "$tmp/nginx-$1/nginx.conf" -g 'daemon off;' &
+    pids+=($!)
+}
+
+printf '%-6s %12s %12s %8s\n' loops ferry_rps nginx_rps ratio
+for loops in $LOOPS; do
+    ferry_port=$(free_port)
+    "$FERRY" "$ferry_port" "$loops" >/dev/null &
+    ferry_pid=$!
+    pids+=("$ferry_pid")
+    nginx_port=$(free_port)
+    start_nginx "$loops" "$nginx_port"
+    nginx_pid=$!
+    wait_until_up "$ferry_port"
+    wait_until_up "$nginx_port"
+
+    ferry_runs=()
+    nginx_runs=()
+    for _ in $(seq "$RUNS"); do
+        ferry_runs+=("$(requests_per_second "$ferry_port")")
+        nginx_runs+=("$(requests_per_second "$nginx_port")")
+    done
+    kill "$ferry_pid" "$nginx_pid" 2>/dev/null || true
+    wait "$ferry_pid" "$nginx_pid" 2>/dev/null || true
+
+    ferry=$(printf '%s\n' "${ferry_runs[@]}" | median)
+    nginx=$(printf '%s\n' "${nginx_runs[@]}" | median)
+    echo "loops=$loops ferry runs: ${ferry_runs[*]}; nginx runs: ${nginx_runs[*]}" >&2
+    printf '%-6s %12.0f %12.0f %8.2f\n' "$loops" "$ferry" "$nginx" "$(echo "$ferry / $nginx" | bc -l)"
+done
