@@ -6,7 +6,8 @@ import Foundation
 /// Events from any thread go through ``log(_:_:_:)`` (one `write` each). Request
 /// lines are hot, so each loop collects them in its own ``LogBuffer`` and writes
 /// once per loop iteration. Nothing logged may contain a token or a password:
-/// requests are logged by path without the query string.
+/// requests are logged by route pattern, never by URL (a stream's URL may carry
+/// `?access_token=`).
 public final class Logger: Sendable {
     /// Severity of an event.
     public enum Level: String, Sendable { case info, warning, error }
@@ -94,16 +95,16 @@ public final class LogBuffer {
         hook = IterationHook(loop: loop) { [unowned self] in self.flush() }
     }
 
-    /// Records one answered request. `path` must not include the query string.
+    /// Records one answered request.
     public func request(
-        method: String, path: String, route: String?, status: Int, durationNanoseconds: UInt64, bytes: Int,
+        method: String, route: String?, status: Int, durationNanoseconds: UInt64, bytes: Int,
         remote: String?
     ) {
         let milliseconds = Double(durationNanoseconds) / 1_000_000
         logger.append(
             to: &pending, level: status >= 500 ? .error : .info, message: "request",
             fields: [
-                ("method", method), ("path", path), ("route", route ?? "-"), ("status", String(status)),
+                ("method", method), ("route", route ?? "-"), ("status", String(status)),
                 ("duration_ms", String(format: "%.3f", milliseconds)), ("bytes", String(bytes)),
                 ("remote", remote ?? "-"),
             ])

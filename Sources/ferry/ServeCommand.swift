@@ -7,9 +7,6 @@ enum ServeCommand: Command {
     static let settings = GatewayConfiguration.settings
 
     static func run(_ values: SettingValues) throws -> Int32 {
-        let configuration = try GatewayConfiguration(values)
-        _ = configuration
-        printError("ferry serve: not implemented yet")
-        return ExitStatus.failure
+        Gateway.serve(try GatewayConfiguration(values))
     }
 }

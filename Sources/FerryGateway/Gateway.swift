@@ -1,0 +1,165 @@
+import FerryHTTP
+import FerryLoop
+import FerryPostgres
+import Foundation
+import Synchronization
+
+/// The running gateway: event loops, the HTTP server on every loop, one database
+/// pool per loop and the process's LISTEN connection.
+///
+/// `ferry serve` and `ferry dev` call ``serve(_:)``; tests start and stop a
+/// gateway in-process with ``start()`` and ``shutdown()``.
+public final class Gateway: Sendable {
+    /// What the gateway was started with.
+    public let configuration: GatewayConfiguration
+    /// Where log lines go.
+    public let logger: Logger
+    let group: LoopGroup
+    let workers: [LoopBound<Worker>]
+    private let server: HTTPServer
+    private let listener: LoopBound<Listener>
+    private let listenerStatus = ListenerStatus()
+
+    /// The channel database triggers notify; cues are the realtime issue's, the
+    /// connection and its readiness are here.
+    static let cueChannel = "ferry_cue"
+
+    /// Builds every part; nothing is bound or connected until ``start()``.
+    public init(configuration: GatewayConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        let database = try PostgresConfiguration(
+            configuration.databaseURL, applicationName: "ferry",
+            statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
+        let listenDatabase = try PostgresConfiguration(
+            configuration.listenDatabaseURL, applicationName: "ferry-listener")
+        let group = LoopGroup(count: configuration.threads)
+        self.group = group
+        let made = Mutex<[Int: LoopBound<Worker>]>([:])
+        group.onEveryLoop { loop in
+            let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
+            let worker = Worker(loop: loop, pool: pool, logger: logger)
+            let index = group.loops.firstIndex { $0 === loop }!
+            made.withLock { $0[index] = LoopBound(worker, loop: loop) }
+        }
+        let workers = made.withLock { made in group.loops.indices.map { made[$0]! } }
+        self.workers = workers
+        let listenerLoop = group.loops[0]
+        listener = LoopBound(
+            unchecked: Listener(loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel]),
+            loop: listenerLoop)
+        var limits = HTTPLimits()
+        limits.maxBodyBytes = configuration.maxBodyBytes
+        let http = HTTPServerConfiguration(
+            host: configuration.host, port: configuration.port, limits: limits,
+            headTimeout: .seconds(configuration.headerTimeoutSeconds),
+            idleTimeout: .seconds(configuration.idleTimeoutSeconds))
+        let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus)
+        server = HTTPServer(
+            configuration: http, group: group,
+            observer: { loop in workers.first { $0.loop === loop }!.value },
+            router: { loop in
+                var router = Router()
+                routes.register(in: &router, worker: workers.first { $0.loop === loop }!.value)
+                return router
+            })
+    }
+
+    /// Whether the LISTEN connection is up (for `/readyz`). Safe from any thread.
+    public var isListenerConnected: Bool { listenerStatus.isConnected }
+
+    /// Connects the listener and starts serving; returns the bound address.
+    @discardableResult
+    public func start() throws -> SocketAddress {
+        // A peer that closes while we write must be an EPIPE error, not a signal that kills us.
+        signal(SIGPIPE, SIG_IGN)
+        let listener = self.listener
+        let logger = self.logger
+        let status = listenerStatus
+        listener.loop.execute {
+            let connection = listener.value
+            connection.onStateChange = { state in
+                let connected = state == .connected
+                status.isConnected = connected
+                logger.log(connected ? .info : .warning, connected ? "listener connected" : "listener disconnected")
+            }
+            connection.start()
+        }
+        return try server.start()
+    }
+
+    /// Stops accepting, lets requests in flight finish until the shutdown timeout,
+    /// then closes pools and the listener and stops the loops.
+    public func shutdown() async {
+        let deadline = ContinuousClock.now + .seconds(configuration.shutdownTimeoutSeconds)
+        await server.shutdown(deadline: deadline)
+        listener.loop.execute { [listener] in listener.value.stop() }
+        for worker in workers {
+            await withCheckedContinuation { continuation in
+                worker.loop.execute {
+                    worker.value.close()
+                    continuation.resume()
+                }
+            }
+        }
+        group.stop()
+    }
+
+    /// Runs a gateway until SIGINT or SIGTERM, then shuts it down gracefully.
+    /// Returns the process exit status: 0 after a graceful stop, 1 when it could not start.
+    public static func serve(_ configuration: GatewayConfiguration) -> Int32 {
+        let logger = Logger(format: configuration.logFormat)
+        let gateway: Gateway
+        let address: SocketAddress
+        do {
+            gateway = try Gateway(configuration: configuration, logger: logger)
+            address = try gateway.start()
+        } catch {
+            logger.log(.error, "could not start", ["error": "\(error)"])
+            return 1
+        }
+        logger.log(
+            .info, "serving",
+            [
+                "listen": address.description, "threads": String(configuration.threads),
+                "version": Ferry.version,
+            ])
+        let stopped = DispatchSemaphore(value: 0)
+        let signals = Mutex<[LoopBound<SignalWatcher>]>([])
+        let signalLoop = gateway.group.loops[0]
+        signalLoop.execute {
+            var received = 0
+            let watchers = [SIGINT, SIGTERM].map { number in
+                SignalWatcher(loop: signalLoop, signal: number) { signal in
+                    received += 1
+                    if received > 1 {
+                        logger.log(.warning, "second signal: exiting at once", ["signal": String(signal)])
+                        exit(1)
+                    }
+                    logger.log(
+                        .info, "shutting down",
+                        ["signal": String(signal), "deadline_s": String(configuration.shutdownTimeoutSeconds)])
+                    Task {
+                        await gateway.shutdown()
+                        logger.log(.info, "stopped")
+                        stopped.signal()
+                    }
+                }
+            }
+            signals.withLock { $0 = watchers.map { LoopBound($0, loop: signalLoop) } }
+        }
+        stopped.wait()
+        return 0
+    }
+}
+
+/// Whether the LISTEN connection is up: written on the listener's loop, read by
+/// `/readyz` on any loop.
+final class ListenerStatus: Sendable {
+    private let connected = Atomic<Bool>(false)
+
+    var isConnected: Bool {
+        get { connected.load(ordering: .relaxed) }
+        set { connected.store(newValue, ordering: .relaxed) }
+    }
+}

@@ -1,0 +1,54 @@
+import FerryHTTP
+import FerryLoop
+import FerryPostgres
+
+/// One event loop's share of the gateway: its database pool, counters and log
+/// buffer. Loop thread only; handlers on that loop reach it without locks.
+final class Worker: HTTPObserver {
+    let loop: EventLoop
+    let pool: PostgresPool
+    let metrics = LoopMetrics()
+    let log: LogBuffer
+
+    init(loop: EventLoop, pool: PostgresPool, logger: Logger) {
+        loop.preconditionInEventLoop()
+        self.loop = loop
+        self.pool = pool
+        self.log = LogBuffer(logger: logger, loop: loop)
+    }
+
+    /// The counters of this loop, with its pool's gauges.
+    func snapshot() -> MetricsSnapshot {
+        var snapshot = metrics.copy()
+        let statistics = pool.statistics
+        snapshot.poolInUse = statistics.inUse
+        snapshot.poolIdle = statistics.idle
+        snapshot.poolWaiting = statistics.waiting
+        return snapshot
+    }
+
+    /// Releases the loop's resources once its connections are gone.
+    func close() {
+        pool.close()
+        log.close()
+    }
+
+    // MARK: - HTTPObserver
+
+    func connectionOpened(remoteAddress: String?) {
+        metrics.connectionOpened()
+    }
+
+    func connectionClosed(remoteAddress: String?) {
+        metrics.connectionClosed()
+    }
+
+    func responseSent(_ record: HTTPResponseRecord) {
+        metrics.recordRequest(
+            route: record.route, status: record.status.code, durationNanoseconds: record.durationNanoseconds)
+        log.request(
+            method: record.method?.description ?? "-", route: record.route,
+            status: record.status.code, durationNanoseconds: record.durationNanoseconds,
+            bytes: record.responseBytes, remote: record.remoteAddress)
+    }
+}

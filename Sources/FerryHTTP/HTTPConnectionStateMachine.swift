@@ -1,0 +1,344 @@
+/// The life of one HTTP/1.1 connection as a plain value: no sockets, no clock of its own.
+///
+/// The owner feeds it events (``read(_:now:)``, ``respond(sequence:response:route:now:)``,
+/// ``inputEnded(now:)``, ``timerFired(now:)``, ``shutdown(now:)``) and then calls
+/// ``nextAction()`` until it says ``Action/wait``, performing each action. Times are
+/// monotonic nanoseconds supplied by the owner, so tests drive the clock.
+///
+/// Pipelining: every request is dispatched as soon as it is decoded, so handlers of
+/// pipelined requests may run at the same time, but responses go out strictly in
+/// request order; a response that is ready early waits in its slot. At most
+/// ``HTTPLimits/maxPipelinedRequests`` requests are held; beyond that the machine
+/// stops decoding, keeps the undecoded bytes and asks the owner to pause reading.
+///
+/// Timeouts (one deadline at a time, see ``deadline``): from connection open, and from
+/// the first byte of each later request, the head must complete within the head
+/// timeout; a body must make progress within the idle timeout; a connection with
+/// nothing in flight is closed after the idle timeout. Expiry closes the socket
+/// without a response: a client this slow is usually not reading either.
+struct HTTPConnectionStateMachine {
+    /// What the owner must do next.
+    enum Action {
+        /// Route `request` and run its handler; answer later with the same `sequence`.
+        case dispatch(HTTPRequest, sequence: UInt64)
+        /// Serialize and send `response` (the head-of-line answer).
+        case write(HTTPResponse, ResponseContext)
+        /// Send `HTTP/1.1 100 Continue` (the client waits for it before sending the body).
+        case writeContinue
+        /// Stop reading the socket (pipeline full, or no more requests will be read).
+        case pauseReading
+        /// Start reading the socket again.
+        case resumeReading
+        /// Close once everything written so far is sent. The machine is done.
+        case closeAfterWrites
+        /// Close now, dropping unsent bytes. The machine is done.
+        case close
+        /// Nothing to do until the next event.
+        case wait
+    }
+
+    /// What the serializer and the observer need to know about the request a response answers.
+    struct ResponseContext: Equatable {
+        /// The request's sequence number on this connection (0, 1, …).
+        var sequence: UInt64
+        /// The request's method, or nil when the request could not be parsed.
+        var method: HTTPMethod?
+        /// The route pattern that answered, or nil (no route matched, or refused before routing).
+        var route: String?
+        /// Whether the request was HTTP/1.0 (which needs an explicit `Connection: keep-alive`).
+        var isHTTP10: Bool
+        /// Whether the connection closes after this response (`Connection: close`).
+        var closesConnection: Bool
+        /// When the request was fully received.
+        var receivedAt: UInt64
+    }
+
+    /// Timeouts in nanoseconds.
+    struct Timeouts {
+        var head: UInt64
+        var idle: UInt64
+    }
+
+    private enum Lifecycle {
+        /// Reading and answering requests.
+        case open
+        /// No more requests will be read; answer those in flight, then close.
+        case draining
+        /// The last response was handed out; the close action comes next.
+        case closing
+        /// A close action was handed out (or the socket closed). Everything is ignored.
+        case closed
+        /// A handler took the socket over; HTTP is done with it.
+        case upgraded
+    }
+
+    /// One request received and not yet answered on the wire.
+    private struct Slot {
+        var request: HTTPRequest?
+        var response: HTTPResponse?
+        var route: String?
+        var method: HTTPMethod?
+        var isHTTP10: Bool
+        var keepAlive: Bool
+        var receivedAt: UInt64
+    }
+
+    private var decoder: HTTPRequestDecoder
+    private let maxPipelined: Int
+    private let timeouts: Timeouts
+    private var lifecycle = Lifecycle.open
+    /// Requests in order; `slots[0]` has sequence `firstSequence`. Never more than `maxPipelined + 1` long.
+    private var slots: [Slot] = []
+    private var firstSequence: UInt64 = 0
+    /// Index in `slots` of the first request not dispatched yet.
+    private var nextDispatch = 0
+    /// Bytes read but not decoded yet (pipeline full, or bytes after an upgrade request).
+    private var stash: [UInt8] = []
+    private var isReading = true
+    private var inputHasEnded = false
+    private var upgradePending = false
+    private var continueSent = false
+    // Clock readings behind the deadline.
+    private var now: UInt64
+    private var idleSince: UInt64
+    private var servedAny = false
+    /// When the head being read started; the connection's open counts for the first request.
+    private var headStartedAt: UInt64?
+    private var bodyProgressAt: UInt64 = 0
+
+    /// A machine for a connection opened at `now`, which the owner has started reading.
+    init(limits: HTTPLimits, timeouts: Timeouts, now: UInt64) {
+        decoder = HTTPRequestDecoder(limits: limits)
+        maxPipelined = limits.maxPipelinedRequests
+        self.timeouts = timeouts
+        self.now = now
+        idleSince = now
+        headStartedAt = now
+        slots.reserveCapacity(4)
+    }
+
+    // MARK: - Events
+
+    /// Bytes arrived. They are decoded (or copied) before this returns.
+    mutating func read(_ bytes: UnsafeRawBufferPointer, now: UInt64) {
+        self.now = now
+        switch lifecycle {
+        case .open:
+            if !stash.isEmpty || slots.count >= maxPipelined {
+                stash.append(contentsOf: bytes)
+                return
+            }
+            let consumed = decodeRequests(from: bytes)
+            if consumed < bytes.count && (lifecycle == .open || upgradePending) {
+                stash.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[consumed...]))
+            }
+        case .draining where upgradePending:
+            // Bytes after an upgrade request belong to the next protocol: keep them for the taker.
+            stash.append(contentsOf: bytes)
+        case .draining, .closing, .closed, .upgraded:
+            // No more requests will be answered; whatever the client sends is dropped.
+            return
+        }
+    }
+
+    /// The handler of request `sequence` answered. Ignored once the connection is closed.
+    mutating func respond(sequence: UInt64, response: HTTPResponse, route: String?, now: UInt64) {
+        self.now = now
+        guard lifecycle == .open || lifecycle == .draining else { return }
+        guard sequence >= firstSequence, sequence - firstSequence < UInt64(nextDispatch) else {
+            preconditionFailure("respond called twice, or for a request this connection never dispatched")
+        }
+        let index = Int(sequence - firstSequence)
+        precondition(slots[index].response == nil, "respond called twice for one request")
+        slots[index].response = response
+        slots[index].route = route
+    }
+
+    /// The peer sent its last byte. Requests already received are still answered.
+    mutating func inputEnded(now: UInt64) {
+        self.now = now
+        inputHasEnded = true
+    }
+
+    /// The connection's timer fired. Returns ``Action/close`` when the deadline has passed.
+    mutating func timerFired(now: UInt64) -> Action {
+        self.now = now
+        guard let deadline, now >= deadline else { return .wait }
+        lifecycle = .closed
+        return .close
+    }
+
+    /// The server is shutting down: read no more requests, answer those in flight (the
+    /// last with `Connection: close`), then close. An idle connection closes at once.
+    mutating func shutdown(now: UInt64) {
+        self.now = now
+        guard lifecycle == .open else { return }
+        lifecycle = .draining
+        stash = []
+    }
+
+    /// The socket closed (from either side). Pending answers will be ignored.
+    mutating func closed() {
+        lifecycle = .closed
+        slots = []
+        stash = []
+    }
+
+    /// Hands the connection over to another protocol in answer to request `sequence`.
+    ///
+    /// Allowed only when that request is the one request in flight and nothing of a later
+    /// request has been parsed; returns the bytes read after it (the new protocol's first
+    /// bytes), or nil when not allowed.
+    mutating func takeOver(sequence: UInt64) -> [UInt8]? {
+        guard lifecycle == .open || lifecycle == .draining, slots.count == 1, nextDispatch == 1,
+            firstSequence == sequence, slots[0].response == nil,
+            decoder.progress == .idle || upgradePending
+        else { return nil }
+        lifecycle = .upgraded
+        slots = []
+        defer { stash = [] }
+        return stash
+    }
+
+    // MARK: - Actions
+
+    /// The next thing the owner must do; call until it returns ``Action/wait``.
+    mutating func nextAction() -> Action {
+        while true {
+            switch lifecycle {
+            case .closed, .upgraded:
+                return .wait
+            case .closing:
+                lifecycle = .closed
+                return .closeAfterWrites
+            case .open, .draining:
+                break
+            }
+            if let request = takeNextToDispatch() {
+                return .dispatch(request, sequence: firstSequence + UInt64(nextDispatch - 1))
+            }
+            if let response = slots.first?.response {
+                return .write(response, popHeadOfLine())
+            }
+            if lifecycle == .open && !stash.isEmpty && slots.count < maxPipelined {
+                decodeStash()
+                continue
+            }
+            if lifecycle == .open && inputHasEnded && stash.isEmpty {
+                // A half-sent request can never complete; answered ones still go out.
+                lifecycle = .draining
+            }
+            if lifecycle == .draining && slots.isEmpty {
+                lifecycle = .closed
+                return .closeAfterWrites
+            }
+            let wantsReading = lifecycle == .open && !inputHasEnded && slots.count < maxPipelined && stash.isEmpty
+            if wantsReading != isReading {
+                isReading = wantsReading
+                return wantsReading ? .resumeReading : .pauseReading
+            }
+            if lifecycle == .open && slots.isEmpty && !continueSent && decoder.awaitsContinue {
+                continueSent = true
+                return .writeContinue
+            }
+            return .wait
+        }
+    }
+
+    /// When the connection should be closed for want of progress, in the owner's clock;
+    /// nil while requests are in flight (the handlers own that time) or after closing.
+    var deadline: UInt64? {
+        guard lifecycle == .open, slots.isEmpty else { return nil }
+        switch decoder.progress {
+        case .head: return (headStartedAt ?? now) + timeouts.head
+        case .body: return bodyProgressAt + timeouts.idle
+        // Before the first answer, idle means the first head has not begun: the head timeout runs from open.
+        case .idle: return idleSince + (servedAny ? timeouts.idle : timeouts.head)
+        }
+    }
+
+    /// Requests received and not yet answered on the wire.
+    var requestsInFlight: Int { slots.count }
+
+    // MARK: - Decoding
+
+    /// Decodes requests from `bytes` while the pipeline has room; returns the bytes consumed.
+    private mutating func decodeRequests(from bytes: UnsafeRawBufferPointer) -> Int {
+        var offset = 0
+        while offset < bytes.count && slots.count < maxPipelined && lifecycle == .open {
+            let (consumed, event) = decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            offset += consumed
+            switch event {
+            case .needMoreBytes:
+                break
+            case .request(let request, let isHTTP10):
+                slots.append(
+                    Slot(
+                        request: request, method: request.method, isHTTP10: isHTTP10,
+                        keepAlive: request.keepAlive, receivedAt: now))
+                headStartedAt = nil
+                continueSent = false
+                if request.isUpgrade {
+                    upgradePending = true
+                    lifecycle = .draining
+                } else if !request.keepAlive {
+                    lifecycle = .draining
+                }
+            case .error(let error):
+                slots.append(
+                    Slot(response: error.response, isHTTP10: false, keepAlive: false, receivedAt: now))
+                lifecycle = .draining
+            }
+        }
+        switch decoder.progress {
+        case .head where headStartedAt == nil: headStartedAt = now
+        case .body: bodyProgressAt = now
+        default: break
+        }
+        return offset
+    }
+
+    private mutating func decodeStash() {
+        let consumed = stash.withUnsafeBytes { decodeRequests(from: $0) }
+        if lifecycle == .open || upgradePending {
+            stash.removeFirst(consumed)
+        } else {
+            stash = []
+        }
+    }
+
+    // MARK: - Answering
+
+    private mutating func takeNextToDispatch() -> HTTPRequest? {
+        while nextDispatch < slots.count {
+            let index = nextDispatch
+            nextDispatch += 1
+            if let request = slots[index].request {
+                slots[index].request = nil
+                return request
+            }
+            // An error slot: its response is already there; nothing to dispatch.
+        }
+        return nil
+    }
+
+    private mutating func popHeadOfLine() -> ResponseContext {
+        let slot = slots.removeFirst()
+        let sequence = firstSequence
+        firstSequence += 1
+        nextDispatch -= 1
+        // Upgrade requests never keep alive: unless taken over, their connection closes.
+        let closes = !slot.keepAlive || (lifecycle == .draining && slots.isEmpty)
+        if closes {
+            precondition(slots.isEmpty, "a request after one that closes the connection was read")
+            lifecycle = .closing
+        }
+        if slots.isEmpty {
+            idleSince = now
+            servedAny = true
+        }
+        return ResponseContext(
+            sequence: sequence, method: slot.method, route: slot.route, isHTTP10: slot.isHTTP10,
+            closesConnection: closes, receivedAt: slot.receivedAt)
+    }
+}

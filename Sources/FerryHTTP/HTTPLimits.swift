@@ -1,0 +1,25 @@
+/// Bounds on what one client may make the server hold, with PROTOCOL.md's defaults.
+public struct HTTPLimits: Sendable, Equatable {
+    /// The largest request body, after de-chunking (`413 payload_too_large` above it). Default 1 MiB.
+    public var maxBodyBytes: Int
+    /// The most bytes of header names and values in one request (`431 headers_too_large`). Default 16 KiB.
+    public var maxHeaderBytes: Int
+    /// The longest request target (`414 uri_too_long`). Default 8 KiB.
+    public var maxURLBytes: Int
+    /// How many requests of one connection may be received but not yet answered;
+    /// beyond it the server stops reading that connection until answers go out. Default 16.
+    public var maxPipelinedRequests: Int
+
+    /// Creates limits; every argument defaults to PROTOCOL.md's figure.
+    public init(
+        maxBodyBytes: Int = 1 << 20, maxHeaderBytes: Int = 16 << 10, maxURLBytes: Int = 8 << 10,
+        maxPipelinedRequests: Int = 16
+    ) {
+        precondition(maxBodyBytes >= 0 && maxHeaderBytes > 0 && maxURLBytes > 0, "limits must be positive")
+        precondition(maxPipelinedRequests > 0, "at least one request must be allowed in flight")
+        self.maxBodyBytes = maxBodyBytes
+        self.maxHeaderBytes = maxHeaderBytes
+        self.maxURLBytes = maxURLBytes
+        self.maxPipelinedRequests = maxPipelinedRequests
+    }
+}

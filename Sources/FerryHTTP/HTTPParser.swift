@@ -1,0 +1,226 @@
+import CHTTPParser
+
+/// http-parser (`HTTP_REQUEST` mode) behind a small Swift type.
+///
+/// The C callbacks only record what they saw: URL bytes, header names and values
+/// (each may arrive split across several callbacks and reads), body bytes, and the
+/// facts http-parser knows at the end of the head. Everything that decides what the
+/// bytes mean happens in ``HTTPRequestDecoder`` after `http_parser_execute` returns.
+///
+/// The parser pauses itself after each complete message, so one `execute` yields at
+/// most one request and the caller chooses whether to go on (pipelining bound).
+/// A callback also halts the parser when a limit is crossed, so an oversized part is
+/// never buffered.
+///
+/// A class because the C parser must not move and reaches its owner through
+/// `parser.data` (unretained: the parser is owned by this object). One connection, one loop.
+final class HTTPParser {
+    /// Which limit a callback saw crossed.
+    enum LimitExceeded { case url, headers, body }
+
+    /// Where the current message is.
+    enum Progress: Equatable {
+        /// No byte of a message yet (start of connection or after a complete message).
+        case idle
+        /// Inside the request line or headers.
+        case head
+        /// Head complete; body bytes (if any) are arriving.
+        case body
+    }
+
+    private let parser: UnsafeMutablePointer<http_parser>
+    private let limits: HTTPLimits
+
+    // MARK: - What the callbacks recorded
+
+    private(set) var progress = Progress.idle
+    /// The request target so far.
+    private(set) var url: [UInt8] = []
+    /// Completed header fields.
+    private(set) var headers = HTTPHeaders()
+    private var fieldName: [UInt8] = []
+    private var fieldValue: [UInt8] = []
+    private var inValue = false
+    private var headerBytes = 0
+    /// The body so far.
+    private(set) var body: [UInt8] = []
+    /// Set by `on_headers_complete`: facts only valid while that message's flags are current.
+    private(set) var method = HTTPMethod.get
+    private(set) var keepAlive = true
+    private(set) var isHTTP10 = false
+    private(set) var isHTTP1 = true
+    private(set) var isUpgrade = false
+    private(set) var expectsContinue = false
+    /// Set by `on_message_complete`; cleared by ``takeMessage()``.
+    private(set) var messageComplete = false
+    /// Set by a callback that halted the parser because a limit was crossed.
+    private(set) var limitExceeded: LimitExceeded?
+
+    init(limits: HTTPLimits) {
+        self.limits = limits
+        parser = .allocate(capacity: 1)
+        http_parser_init(parser, HTTP_REQUEST)
+        url.reserveCapacity(64)
+        fieldName.reserveCapacity(32)
+        fieldValue.reserveCapacity(64)
+        parser.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    deinit { parser.deallocate() }
+
+    // MARK: - Running
+
+    /// Parses `bytes` until they run out, a message completes (the parser pauses) or an
+    /// error. Returns the bytes consumed; what was seen is in the recorded properties.
+    func execute(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let base = bytes.baseAddress, bytes.count > 0 else { return 0 }
+        return http_parser_execute(parser, HTTPParser.settings, base.assumingMemoryBound(to: CChar.self), bytes.count)
+    }
+
+    /// http-parser's error, `HPE_OK` when none; `HPE_PAUSED` after a complete message.
+    var errno: http_errno { http_errno(rawValue: parser.pointee.http_errno) }
+
+    /// http-parser's description of its error.
+    var errorDescription: String { String(cString: http_errno_description(errno)) }
+
+    /// Lets a paused parser go on with the next message.
+    func resume() {
+        if errno == HPE_PAUSED { http_parser_pause(parser, 0) }
+    }
+
+    /// Hands out the finished message's parts and resets for the next message.
+    func takeMessage() -> (url: [UInt8], headers: HTTPHeaders, body: [UInt8]) {
+        precondition(messageComplete, "takeMessage before on_message_complete")
+        messageComplete = false
+        defer {
+            // The URL buffer is reused (its bytes become Strings); headers and body
+            // move out with the request, so fresh ones are needed anyway.
+            url.removeAll(keepingCapacity: true)
+            headers = HTTPHeaders()
+            body = []
+            headerBytes = 0
+            inValue = false
+            expectsContinue = false
+            isUpgrade = false
+        }
+        return (url, headers, body)
+    }
+
+    // MARK: - Recording (called from the C callbacks)
+
+    private func messageBegan() {
+        progress = .head
+    }
+
+    private func recordURL(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        guard url.count + bytes.count <= limits.maxURLBytes else {
+            limitExceeded = .url
+            return 1
+        }
+        url.append(contentsOf: bytes)
+        return 0
+    }
+
+    private func recordHeaderName(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        if inValue { finishField() }
+        fieldName.append(contentsOf: bytes)
+        return countHeaderBytes(bytes.count)
+    }
+
+    private func recordHeaderValue(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        inValue = true
+        fieldValue.append(contentsOf: bytes)
+        return countHeaderBytes(bytes.count)
+    }
+
+    private func countHeaderBytes(_ count: Int) -> Int32 {
+        headerBytes += count
+        guard headerBytes <= limits.maxHeaderBytes else {
+            limitExceeded = .headers
+            return 1
+        }
+        return 0
+    }
+
+    private func finishField() {
+        let name = String(decoding: fieldName, as: UTF8.self)
+        let value = String(decoding: fieldValue, as: UTF8.self)
+        if !expectsContinue && name.equalsIgnoringASCIICase("expect") && value.equalsIgnoringASCIICase("100-continue") {
+            expectsContinue = true
+        }
+        headers.add(name: name, value: value)
+        fieldName.removeAll(keepingCapacity: true)
+        fieldValue.removeAll(keepingCapacity: true)
+        inValue = false
+    }
+
+    /// Returns what `on_headers_complete` must: 0 to go on, -1 to halt with an error.
+    private func headersCompleted() -> Int32 {
+        if inValue || !fieldName.isEmpty { finishField() }
+        method = HTTPMethod(parserMethod: parser.pointee.method)
+        keepAlive = http_should_keep_alive(parser) != 0
+        isHTTP1 = parser.pointee.http_major == 1
+        isHTTP10 = isHTTP1 && parser.pointee.http_minor == 0
+        isUpgrade = parser.pointee.upgrade == 1
+        progress = .body
+        // content_length is ULLONG_MAX when the request has no Content-Length.
+        let declared = parser.pointee.content_length
+        if declared != UInt64.max {
+            guard declared <= UInt64(limits.maxBodyBytes) else {
+                limitExceeded = .body
+                return -1
+            }
+            body.reserveCapacity(Int(declared))
+        }
+        return 0
+    }
+
+    private func recordBody(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        guard body.count + bytes.count <= limits.maxBodyBytes else {
+            limitExceeded = .body
+            return 1
+        }
+        body.append(contentsOf: bytes)
+        return 0
+    }
+
+    private func messageCompleted() {
+        messageComplete = true
+        progress = .idle
+        // Stop after this message: the decoder decides whether the next one is read now.
+        http_parser_pause(parser, 1)
+    }
+
+    // MARK: - C callbacks
+
+    private static func owner(_ parser: UnsafeMutablePointer<http_parser>?) -> HTTPParser {
+        Unmanaged<HTTPParser>.fromOpaque(parser!.pointee.data).takeUnretainedValue()
+    }
+
+    private static func buffer(_ at: UnsafePointer<CChar>?, _ length: Int) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: at, count: length)
+    }
+
+    /// One settings struct for every parser: the callbacks capture nothing.
+    /// Allocated once and never freed; http-parser only reads it.
+    nonisolated(unsafe) private static let settings: UnsafeMutablePointer<http_parser_settings> = {
+        let pointer = UnsafeMutablePointer<http_parser_settings>.allocate(capacity: 1)
+        http_parser_settings_init(pointer)
+        var settings = pointer.pointee
+        settings.on_message_begin = { parser in
+            owner(parser).messageBegan()
+            return 0
+        }
+        settings.on_url = { parser, at, length in owner(parser).recordURL(buffer(at, length)) }
+        settings.on_header_field = { parser, at, length in owner(parser).recordHeaderName(buffer(at, length)) }
+        settings.on_header_value = { parser, at, length in owner(parser).recordHeaderValue(buffer(at, length)) }
+        settings.on_headers_complete = { parser in owner(parser).headersCompleted() }
+        settings.on_body = { parser, at, length in owner(parser).recordBody(buffer(at, length)) }
+        settings.on_message_complete = { parser in
+            owner(parser).messageCompleted()
+            return 0
+        }
+        pointer.pointee = settings
+        return pointer
+    }()
+}

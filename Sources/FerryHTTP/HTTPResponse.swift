@@ -1,0 +1,85 @@
+import Foundation
+
+/// An HTTP response: status, header fields and the whole body.
+///
+/// Do not set `Content-Length`, `Date` or `Connection`: the server writes those
+/// itself (see ``HTTPResponseEncoder``) and drops any the response carries.
+public struct HTTPResponse: Sendable {
+    /// The status.
+    public var status: HTTPStatus
+    /// Header fields besides the ones the server adds.
+    public var headers: HTTPHeaders
+    /// The body bytes. Ignored for `HEAD` requests and for 1xx, 204 and 304 responses.
+    public var body: [UInt8]
+
+    /// Creates a response.
+    public init(status: HTTPStatus, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    // MARK: - Helpers
+
+    /// A `text/plain; charset=utf-8` response.
+    public static func text(_ text: String, status: HTTPStatus = .ok) -> HTTPResponse {
+        HTTPResponse(status: status, headers: ["Content-Type": "text/plain; charset=utf-8"], body: Array(text.utf8))
+    }
+
+    /// An `application/json` response from bytes already holding JSON (for example a
+    /// body PostgreSQL built); the bytes are sent as they are.
+    public static func json(status: HTTPStatus = .ok, bytes: [UInt8]) -> HTTPResponse {
+        HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: bytes)
+    }
+
+    /// An `application/json` response encoding `value` with Foundation's `JSONEncoder`.
+    ///
+    /// A value that fails to encode is a bug in the caller; it is answered with
+    /// `500 internal` rather than a half-written body.
+    public static func json(status: HTTPStatus = .ok, _ value: some Encodable) -> HTTPResponse {
+        do {
+            return json(status: status, bytes: Array(try JSONEncoder().encode(value)))
+        } catch {
+            return .error(status: .internalServerError, code: "internal", message: "response could not be encoded")
+        }
+    }
+
+    /// A PROTOCOL.md error: `{"error": {"code", "message", "retryable"}}`.
+    ///
+    /// `retryable` is true exactly for 5xx and 429, as the protocol requires.
+    public static func error(status: HTTPStatus, code: String, message: String) -> HTTPResponse {
+        var body: [UInt8] = []
+        body.reserveCapacity(64 + code.utf8.count + message.utf8.count)
+        body.append(contentsOf: #"{"error":{"code":"#.utf8)
+        JSONString.append(code, to: &body)
+        body.append(contentsOf: #","message":"#.utf8)
+        JSONString.append(message, to: &body)
+        let retryable = status.code >= 500 || status.code == 429
+        body.append(contentsOf: (retryable ? #","retryable":true}}"# : #","retryable":false}}"#).utf8)
+        return json(status: status, bytes: body)
+    }
+}
+
+/// JSON string literals written straight into a byte buffer.
+enum JSONString {
+    /// Appends `string` as a quoted JSON string, escaping what RFC 8259 requires.
+    static func append(_ string: String, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: #"\""#.utf8)
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: #"\\"#.utf8)
+            case UInt8(ascii: "\n"): bytes.append(contentsOf: #"\n"#.utf8)
+            case UInt8(ascii: "\r"): bytes.append(contentsOf: #"\r"#.utf8)
+            case UInt8(ascii: "\t"): bytes.append(contentsOf: #"\t"#.utf8)
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: #"\u00"#.utf8)
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0xF)])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}

@@ -1,0 +1,95 @@
+import CLibPQ
+import Foundation
+
+/// Where and how to connect to PostgreSQL: a `postgresql://` URL or a libpq conninfo
+/// string, plus the options Ferry sets on every connection.
+///
+/// The connection string is handed to libpq as is (`expand_dbname`), so every libpq
+/// parameter works (`sslmode`, `host=/var/run/postgresql`, …). The fields below are
+/// passed after it and win over the same settings in the string.
+public struct PostgresConfiguration: Sendable, Equatable {
+    /// The `postgresql://…` URL or `key=value` conninfo string.
+    public var connectionString: String
+    /// Overrides the database named in ``connectionString`` when set.
+    public var database: String?
+    /// Reported to the server as `application_name` (visible in `pg_stat_activity`).
+    public var applicationName: String
+    /// How long a connection attempt may take, in milliseconds, before it fails.
+    public var connectTimeoutMilliseconds: Int
+    /// The server-side `statement_timeout` in milliseconds, applied as a startup option
+    /// (`-c statement_timeout=…`); nil leaves the server's default.
+    public var statementTimeoutMilliseconds: Int?
+    /// The client-side deadline of one operation in milliseconds, a safety net behind
+    /// `statement_timeout`: when it passes, the operation fails with ``PostgresError/Kind/timeout``
+    /// and the connection is closed (libpq 15 has no non-blocking cancel). Nil means no deadline.
+    public var operationTimeoutMilliseconds: Int?
+    /// Seconds of idleness before TCP keepalive probes start, so a silently dead peer is noticed.
+    public var keepaliveIdleSeconds: Int
+
+    /// Reads a `postgresql://` / `postgres://` URL or a conninfo string.
+    ///
+    /// Throws ``PostgresError`` (``PostgresError/Kind/invalidConfiguration``) when libpq
+    /// cannot parse it.
+    public init(
+        _ connectionString: String, applicationName: String = "ferry", connectTimeoutMilliseconds: Int = 10_000,
+        statementTimeoutMilliseconds: Int? = nil, operationTimeoutMilliseconds: Int? = nil
+    ) throws(PostgresError) {
+        var message: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(connectionString, &message) else {
+            let text = message.map { String(cString: $0) } ?? "out of memory"
+            if let message { PQfreemem(message) }
+            throw PostgresError(
+                .invalidConfiguration,
+                "invalid PostgreSQL connection string: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+        PQconninfoFree(options)
+        self.connectionString = connectionString
+        self.applicationName = applicationName
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
+        self.operationTimeoutMilliseconds =
+            operationTimeoutMilliseconds ?? statementTimeoutMilliseconds.map { $0 + 5_000 }
+        self.keepaliveIdleSeconds = 30
+    }
+
+    /// The same configuration pointed at another database on the same server.
+    public func database(_ name: String) -> PostgresConfiguration {
+        var copy = self
+        copy.database = name
+        return copy
+    }
+
+    /// The connection parameters as libpq reads them (`host`, `port`, `dbname`, …),
+    /// after ``database`` is applied. Useful to log where Ferry connects (no password).
+    public var parameters: [String: String] {
+        guard let options = PQconninfoParse(connectionString, nil) else { return [:] }
+        defer { PQconninfoFree(options) }
+        var result: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if let value = option.pointee.val { result[String(cString: keyword)] = String(cString: value) }
+            option += 1
+        }
+        if let database { result["dbname"] = database }
+        result["password"] = nil
+        return result
+    }
+
+    /// The keyword/value pairs given to `PQconnectStartParams`; the first is the
+    /// connection string itself, expanded by libpq.
+    var startupParameters: [(String, String)] {
+        var pairs: [(String, String)] = [("dbname", connectionString)]
+        if let database { pairs.append(("dbname", database)) }
+        pairs.append(("application_name", applicationName))
+        pairs.append(("keepalives", "1"))
+        pairs.append(("keepalives_idle", String(keepaliveIdleSeconds)))
+        pairs.append(("keepalives_interval", "10"))
+        pairs.append(("keepalives_count", "3"))
+        if let statementTimeoutMilliseconds {
+            // Keep options the connection string already sets; a later `options` keyword replaces it.
+            let given = parameters["options"].map { $0 + " " } ?? ""
+            pairs.append(("options", given + "-c statement_timeout=\(statementTimeoutMilliseconds)"))
+        }
+        return pairs
+    }
+}

@@ -1,0 +1,166 @@
+import Glibc
+
+/// A response as ``HTTPTestClient`` read it off the wire.
+public struct HTTPTestResponse: Sendable {
+    /// The status code.
+    public var status: Int
+    /// Header fields in the order received.
+    public var headers: [(name: String, value: String)]
+    /// The body bytes (empty for `HEAD`, 204 and 304).
+    public var body: [UInt8]
+
+    /// The first value of `name`, compared case-insensitively.
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+
+    /// The body as UTF-8 text.
+    public var text: String { String(decoding: body, as: UTF8.self) }
+}
+
+/// Why ``HTTPTestClient`` gave up.
+public struct HTTPTestClientError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+/// A small blocking HTTP/1.1 client over a plain socket, for tests of a real server.
+///
+/// Sends exactly the bytes it is given (so tests can pipeline, split or garble
+/// requests) and reads responses one by one. Every receive waits at most `timeout`
+/// seconds, so a test can never hang on a silent server. One thread at a time.
+public final class HTTPTestClient {
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+    private var closed = false
+
+    /// Connects to `host:port` (numeric IPv4); receives time out after `timeout` seconds.
+    public init(host: String = "127.0.0.1", port: Int, timeout: Double = 5) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw HTTPTestClientError(description: "socket: errno \(errno)") }
+        var time = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        inet_pton(AF_INET, host, &address.sin_addr)
+        let status = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard status == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw HTTPTestClientError(description: "connect \(host):\(port): errno \(code)")
+        }
+    }
+
+    deinit { close() }
+
+    // MARK: - Sending
+
+    /// Sends `text` as UTF-8, all of it.
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
+
+    /// Sends `bytes`, all of them.
+    public func send(_ bytes: [UInt8]) throws {
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard count > 0 else { throw HTTPTestClientError(description: "send: errno \(errno)") }
+            sent += count
+        }
+    }
+
+    /// Sends a request with `Host` and (for a body) `Content-Length`, and reads its response.
+    public func request(
+        _ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = []
+    ) throws -> HTTPTestResponse {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: test\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        if !body.isEmpty { head += "Content-Length: \(body.count)\r\n" }
+        try send(Array((head + "\r\n").utf8) + body)
+        return try readResponse(toHead: method == "HEAD")
+    }
+
+    // MARK: - Receiving
+
+    /// Reads one response. `toHead`: it answers a `HEAD` request (no body follows).
+    public func readResponse(toHead: Bool = false) throws -> HTTPTestResponse {
+        var headEnd: Int?
+        while headEnd == nil {
+            headEnd = endOfHead()
+            if headEnd == nil { try receiveMore() }
+        }
+        let head = String(decoding: buffer[..<headEnd!], as: UTF8.self)
+        buffer.removeFirst(headEnd! + 4)
+        var lines = head.split(separator: "\r\n", omittingEmptySubsequences: false).map(String.init)
+        let statusLine = lines.removeFirst().split(separator: " ")
+        guard statusLine.count >= 2, let status = Int(statusLine[1]) else {
+            throw HTTPTestClientError(description: "bad status line in \(head)")
+        }
+        var response = HTTPTestResponse(status: status, headers: [], body: [])
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            response.headers.append(
+                (String(line[..<colon]), line[line.index(after: colon)...].trimmingPrefix(" ").description))
+        }
+        if toHead || status == 204 || status == 304 || status < 200 { return response }
+        if let length = response.header("Content-Length").flatMap({ Int($0) }) {
+            while buffer.count < length { try receiveMore() }
+            response.body = Array(buffer[..<length])
+            buffer.removeFirst(length)
+        } else {
+            // No length: the body runs to the end of the connection.
+            while (try? receiveMore()) != nil {}
+            response.body = buffer
+            buffer = []
+        }
+        return response
+    }
+
+    /// Waits up to the receive timeout for the server to close; true when it did
+    /// (end of stream or reset) and no unread bytes were left.
+    public func waitForClose() -> Bool {
+        while true {
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count == 0 { return true }
+            if count < 0 { return errno == ECONNRESET }
+            buffer += chunk[..<count]
+        }
+    }
+
+    /// Bytes received but not consumed by ``readResponse(toHead:)``.
+    public var unreadBytes: [UInt8] { buffer }
+
+    /// Closes the socket.
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
+
+    private func receiveMore() throws {
+        var chunk = [UInt8](repeating: 0, count: 16384)
+        let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if count > 0 {
+            buffer += chunk[..<count]
+            return
+        }
+        if count == 0 { throw HTTPTestClientError(description: "connection closed by the server") }
+        throw HTTPTestClientError(description: errno == EAGAIN ? "receive timed out" : "recv: errno \(errno)")
+    }
+
+    private func endOfHead() -> Int? {
+        guard buffer.count >= 4 else { return nil }
+        for index in 0...(buffer.count - 4)
+        where buffer[index] == 13 && buffer[index + 1] == 10 && buffer[index + 2] == 13 && buffer[index + 3] == 10 {
+            return index
+        }
+        return nil
+    }
+}

@@ -1,0 +1,108 @@
+import FerryPostgres
+import Foundation
+
+/// A fresh PostgreSQL database for one test, dropped afterwards, so tests run in parallel.
+///
+/// The server comes from `FERRY_TEST_DATABASE_URL`, a superuser URL to a maintenance
+/// database (`postgresql://postgres@127.0.0.1:55433/postgres`). When it is missing or
+/// unreachable, ``create(prefix:)`` throws a ``TestDatabaseError`` that says so: the
+/// test fails; it is never skipped.
+public struct TestDatabase: Sendable {
+    /// The environment variable naming the test server.
+    public static let environmentVariable = "FERRY_TEST_DATABASE_URL"
+
+    /// The database's name (`ferry_test_<random>`).
+    public let name: String
+    /// A configuration connecting to this database as the superuser of the URL.
+    public let configuration: PostgresConfiguration
+    /// A connection string (URL when the environment gave a URL) for this database, e.g. to hand to the CLI.
+    public let url: String
+    /// The configuration of the maintenance database the test database was created from.
+    public let maintenance: PostgresConfiguration
+
+    /// The maintenance configuration from `FERRY_TEST_DATABASE_URL`; throws when it is unset or invalid.
+    public static func maintenanceConfiguration() throws(TestDatabaseError) -> PostgresConfiguration {
+        guard let url = ProcessInfo.processInfo.environment[environmentVariable], !url.isEmpty else {
+            throw TestDatabaseError(
+                "\(environmentVariable) is not set: these tests need a PostgreSQL server. Set it to a superuser URL, "
+                    + "e.g. postgresql://postgres@127.0.0.1:55433/postgres")
+        }
+        do {
+            return try PostgresConfiguration(url, applicationName: "ferry-tests", connectTimeoutMilliseconds: 5_000)
+        } catch {
+            throw TestDatabaseError("\(environmentVariable) is not a valid connection string: \(error)")
+        }
+    }
+
+    /// Creates a uniquely named empty database.
+    public static func create(prefix: String = "ferry_test") async throws(TestDatabaseError) -> TestDatabase {
+        let maintenance = try maintenanceConfiguration()
+        let name = "\(prefix)_\(UInt64.random(in: 0...UInt64.max) & 0xFFFF_FFFF_FFFF)".lowercased()
+        do {
+            let admin = try await PostgresClient.connect(maintenance)
+            do {
+                try await admin.execute("CREATE DATABASE \(name)")
+            } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
+        } catch {
+            throw TestDatabaseError(
+                "cannot create a test database on the server of \(environmentVariable) "
+                    + "(\(maintenance.parameters["host"] ?? "?"):\(maintenance.parameters["port"] ?? "?")): \(error)")
+        }
+        return TestDatabase(
+            name: name, configuration: maintenance.database(name),
+            url: replacingDatabase(in: maintenance.connectionString, with: name), maintenance: maintenance)
+    }
+
+    /// Creates a database, runs `body` with it, and drops it whether `body` throws or not.
+    public static func with<T>(
+        prefix: String = "ferry_test", _ body: (TestDatabase) async throws -> T
+    ) async throws -> T {
+        let database = try await create(prefix: prefix)
+        do {
+            let value = try await body(database)
+            try await database.drop()
+            return value
+        } catch {
+            try? await database.drop()
+            throw error
+        }
+    }
+
+    /// Connects a ``PostgresClient`` to this database.
+    public func connect() async throws -> PostgresClient {
+        try await PostgresClient.connect(configuration)
+    }
+
+    /// Drops the database, disconnecting whoever is still connected (`WITH (FORCE)`).
+    public func drop() async throws {
+        let admin = try await PostgresClient.connect(maintenance)
+        do {
+            try await admin.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+    }
+
+    private static func replacingDatabase(in connectionString: String, with name: String) -> String {
+        if connectionString.hasPrefix("postgresql://") || connectionString.hasPrefix("postgres://"),
+            var components = URLComponents(string: connectionString)
+        {
+            components.path = "/" + name
+            if let url = components.string { return url }
+        }
+        return connectionString + " dbname=\(name)"
+    }
+}
+
+/// Why a test could not get its database; the description says what to fix.
+public struct TestDatabaseError: Error, CustomStringConvertible {
+    /// What went wrong and what to do.
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
