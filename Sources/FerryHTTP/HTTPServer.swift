@@ -76,7 +76,8 @@ public final class HTTPServer: Sendable {
                 let loop = bound.loop
                 do throws(LoopError) {
                     let server = bound.value
-                    return .success(try server.listen(on: requested, router: makeRouter(loop), observer: makeObserver(loop)))
+                    return .success(
+                        try server.listen(on: requested, router: makeRouter(loop), observer: makeObserver(loop)))
                 } catch {
                     return .failure(error)
                 }

@@ -64,7 +64,8 @@ public struct Router {
                 current = nodes.count - 1
             }
         }
-        precondition(!nodes[current].routes.contains { $0.method == method }, "route registered twice: \(method) \(pattern)")
+        precondition(
+            !nodes[current].routes.contains { $0.method == method }, "route registered twice: \(method) \(pattern)")
         nodes[current].routes.append((method, handler, pattern))
     }
 

@@ -26,7 +26,8 @@ private struct Harness {
             switch machine.nextAction() {
             case .dispatch(let request, let sequence): steps.append(.dispatch(path: request.path, sequence: sequence))
             case .write(let response, let context):
-                steps.append(.write(status: response.status.code, sequence: context.sequence, closes: context.closesConnection))
+                steps.append(
+                    .write(status: response.status.code, sequence: context.sequence, closes: context.closesConnection))
             case .writeContinue: steps.append(.writeContinue)
             case .pauseReading: steps.append(.pauseReading)
             case .resumeReading: steps.append(.resumeReading)
@@ -66,7 +67,8 @@ private func get(_ path: String, close: Bool = false) -> String {
         var harness = Harness()
         #expect(
             harness.read(get("/a") + get("/b") + get("/c")) == [
-                .dispatch(path: "/a", sequence: 0), .dispatch(path: "/b", sequence: 1), .dispatch(path: "/c", sequence: 2),
+                .dispatch(path: "/a", sequence: 0), .dispatch(path: "/b", sequence: 1),
+                .dispatch(path: "/c", sequence: 2),
             ])
         #expect(harness.respond(1).isEmpty)
         #expect(harness.respond(2).isEmpty)
@@ -100,7 +102,8 @@ private func get(_ path: String, close: Bool = false) -> String {
 
     @Test func connectionCloseRequestIsAnsweredThenClosesAndLaterBytesAreIgnored() {
         var harness = Harness()
-        #expect(harness.read(get("/a", close: true) + get("/b")) == [.dispatch(path: "/a", sequence: 0), .pauseReading])
+        #expect(
+            harness.read(get("/a", close: true) + get("/b")) == [.dispatch(path: "/a", sequence: 0), .pauseReading])
         #expect(harness.respond(0) == [.write(status: 200, sequence: 0, closes: true), .closeAfterWrites])
     }
 
@@ -140,7 +143,10 @@ private func get(_ path: String, close: Bool = false) -> String {
     @Test(arguments: Refusal.allCases)
     func refusedRequestsGetTheirStatusThenClose(refusal: Refusal) {
         var harness = Harness()
-        #expect(harness.read(refusal.text) == [.write(status: refusal.status, sequence: 0, closes: true), .closeAfterWrites])
+        #expect(
+            harness.read(refusal.text) == [
+                .write(status: refusal.status, sequence: 0, closes: true), .closeAfterWrites,
+            ])
     }
 
     @Test func http10KeepAliveIsHonoured() {
@@ -261,7 +267,10 @@ private func get(_ path: String, close: Bool = false) -> String {
     @Test func anUnansweredUpgradeClosesAfterItsResponse() {
         var harness = Harness()
         _ = harness.read("GET /x HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
-        #expect(harness.respond(0, status: .notFound) == [.write(status: 404, sequence: 0, closes: true), .closeAfterWrites])
+        #expect(
+            harness.respond(0, status: .notFound) == [
+                .write(status: 404, sequence: 0, closes: true), .closeAfterWrites,
+            ])
     }
 }
 

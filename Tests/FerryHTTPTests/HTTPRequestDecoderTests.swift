@@ -59,12 +59,15 @@ private let chunked =
     }
 
     @Test func decodesAContentLengthBodyAndQuery() {
-        #expect(decode(post) == [.request(method: .post, path: "/v1/push", query: "x=1", body: "hello", keepAlive: true)])
+        #expect(
+            decode(post) == [.request(method: .post, path: "/v1/push", query: "x=1", body: "hello", keepAlive: true)])
     }
 
     @Test func decodesAChunkedBody() {
         #expect(
-            decode(chunked) == [.request(method: .post, path: "/v1/push", query: nil, body: "hello world", keepAlive: true)])
+            decode(chunked) == [
+                .request(method: .post, path: "/v1/push", query: nil, body: "hello world", keepAlive: true)
+            ])
     }
 
     @Test func decodesPipelinedRequestsFromOneRead() {
@@ -116,7 +119,10 @@ private let chunked =
     }
 
     @Test func http10WithoutKeepAliveClosesAndWithItStaysOpen() {
-        #expect(decode("GET / HTTP/1.0\r\n\r\n") == [.request(method: .get, path: "/", query: nil, body: "", keepAlive: false)])
+        #expect(
+            decode("GET / HTTP/1.0\r\n\r\n") == [
+                .request(method: .get, path: "/", query: nil, body: "", keepAlive: false)
+            ])
         #expect(
             decode("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n") == [
                 .request(method: .get, path: "/", query: nil, body: "", keepAlive: true)
