@@ -84,6 +84,14 @@ struct DevDatabase {
         "postgresql://\(Self.superuser)@127.0.0.1:\(port)/\(Self.databaseName)"
     }
 
+    /// The server programs for this cluster: those of the major version in its
+    /// `PG_VERSION` when installed (a cluster only runs under its own major version),
+    /// else the newest.
+    func binaries() throws -> PostgresBinaries {
+        let version = try? String(contentsOf: dataDirectory.appendingPathComponent("PG_VERSION"), encoding: .utf8)
+        return try PostgresBinaries.find(preferring: version?.trimmed)
+    }
+
     /// Whether we are root, so the server must run as the postgres user.
     var runsAsPostgresUser: Bool { getuid() == 0 }
 
@@ -104,7 +112,7 @@ struct DevDatabase {
         guard FileManager.default.fileExists(atPath: dataDirectory.appendingPathComponent("PG_VERSION").path) else {
             return .absent
         }
-        let binaries = try PostgresBinaries.find()
+        let binaries = try binaries()
         let result = try run(binaries.pgCtl, ["status", "-D", dataDirectory.path], asServerUser: true)
         guard result.status == 0 else { return .stopped }
         // postmaster.pid: line 1 the pid, line 4 the port (PostgreSQL's documented layout).
@@ -122,7 +130,7 @@ struct DevDatabase {
     /// database if missing. Returns whether this call started the server.
     @discardableResult
     func start() throws -> Bool {
-        let binaries = try PostgresBinaries.find()
+        let binaries = try binaries()
         var state = try status()
         if state == .absent {
             try create(binaries)
@@ -150,7 +158,7 @@ struct DevDatabase {
     @discardableResult
     func stop() throws -> Bool {
         guard case .running = try status() else { return false }
-        let binaries = try PostgresBinaries.find()
+        let binaries = try binaries()
         let result = try run(
             binaries.pgCtl, ["stop", "-D", dataDirectory.path, "-m", "fast", "-w", "-t", "60"], asServerUser: true)
         guard result.status == 0 else {
@@ -321,8 +329,9 @@ struct PostgresBinaries {
     var psql: String { directory + "/psql" }
     var createdb: String { directory + "/createdb" }
 
-    /// Finds the binaries or explains which Debian package to install.
-    static func find() throws -> PostgresBinaries {
+    /// Finds the binaries of major version `preferredVersion` when installed, else the
+    /// newest, or explains which Debian package to install.
+    static func find(preferring preferredVersion: String? = nil) throws -> PostgresBinaries {
         let fileManager = FileManager.default
         if let directory = ProcessInfo.processInfo.environment["FERRY_PG_BIN"], !directory.isEmpty {
             guard fileManager.isExecutableFile(atPath: directory + "/initdb") else {
@@ -332,7 +341,12 @@ struct PostgresBinaries {
         }
         let versions = ((try? fileManager.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? [])
             .compactMap { Int($0) }
-            .sorted(by: >)
+            .sorted { first, second in
+                // The preferred version first, then newest first.
+                (String(first) == preferredVersion ? 1 : 0, first) > (
+                    String(second) == preferredVersion ? 1 : 0, second
+                )
+            }
         for version in versions {
             let directory = "/usr/lib/postgresql/\(version)/bin"
             if fileManager.isExecutableFile(atPath: directory + "/initdb")
