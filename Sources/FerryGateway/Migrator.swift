@@ -17,10 +17,14 @@ public struct Migration: Sendable, Equatable {
 
     /// A migration from its parts; ``MigrationDirectory/migrations()`` reads them from disk.
     public init(name: String, path: String, sql: String) {
+        self.init(name: name, path: path, sql: sql, checksum: Self.sha256(Data(sql.utf8)))
+    }
+
+    init(name: String, path: String, sql: String, checksum: String) {
         self.name = name
         self.path = path
         self.sql = sql
-        self.checksum = Self.sha256(Data(sql.utf8))
+        self.checksum = checksum
     }
 
     /// Lowercase hex SHA-256 of `data`.
@@ -65,7 +69,9 @@ public struct MigrationDirectory: Sendable, Equatable {
             guard let sql = String(data: data, encoding: .utf8) else {
                 throw MigrationError("\(file) is not UTF-8")
             }
-            migrations.append(Migration(name: "\(label)/\(name)", path: file, sql: sql))
+            // The checksum is of the bytes on disk, not of their decoding.
+            migrations.append(
+                Migration(name: "\(label)/\(name)", path: file, sql: sql, checksum: Migration.sha256(data)))
         }
         return migrations
     }

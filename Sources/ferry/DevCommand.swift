@@ -93,6 +93,8 @@ enum DevCommand: Command {
         // The request path logs in as ferry_gateway, so RLS bites in dev as in production;
         // loopback is trusted by the dev cluster, so it needs no password.
         let gatewayURL = "postgresql://ferry_gateway@127.0.0.1:\(port)/\(DevDatabase.databaseName)"
+        // Other FERRY_* variables apply (threads, log format); the URLs are the dev
+        // cluster's, whatever the environment says.
         let gatewayValues = try SettingValues(
             GatewayConfiguration.settings,
             arguments: ["--database-url", gatewayURL, "--jwt-secret", secret, "--listen", listen],
