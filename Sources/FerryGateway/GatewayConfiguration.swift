@@ -77,7 +77,9 @@ public struct GatewayConfiguration: Sendable {
     /// Validates resolved settings; the error names the offending flag and variable.
     public init(_ values: SettingValues) throws(SettingsError) {
         databaseURL = try Self.postgresURL(values, "database-url")
-        listenDatabaseURL = values.string("listen-database-url") == nil ? databaseURL : try Self.postgresURL(values, "listen-database-url")
+        listenDatabaseURL =
+            values.string("listen-database-url") == nil
+            ? databaseURL : try Self.postgresURL(values, "listen-database-url")
         (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
         threads = try values.integer("threads", in: 1...256)!
         jwtSecret = values.string("jwt-secret")!

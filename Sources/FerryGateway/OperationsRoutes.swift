@@ -26,7 +26,8 @@ final class OperationsRoutes: Sendable {
                     responder.respond(.error(status: 503, code: "unavailable", message: "listener is not connected"))
                 case (.failure(let error), _):
                     responder.respond(
-                        .error(status: 503, code: "unavailable", message: "database is not reachable: \(error.message)"))
+                        .error(status: 503, code: "unavailable", message: "database is not reachable: \(error.message)")
+                    )
                 }
             }
         }
@@ -46,7 +47,8 @@ final class OperationsRoutes: Sendable {
                 let text = total.prometheusText(listenerConnected: listenerStatus.isConnected)
                 responder.loop.execute {
                     var response = HTTPResponse.text(text)
-                    response.headers.replaceOrAdd(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
+                    response.headers.replaceOrAdd(
+                        name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
                     responder.value.respond(response)
                 }
             }

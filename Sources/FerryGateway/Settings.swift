@@ -96,7 +96,8 @@ public struct SettingValues: Sendable {
             } else if let value = setting.defaultValue {
                 values[setting.flag] = [value]
             } else if !setting.isOptional {
-                let source = setting.environment.map { "set \($0) or pass --\(setting.flag)" } ?? "pass --\(setting.flag)"
+                let source =
+                    setting.environment.map { "set \($0) or pass --\(setting.flag)" } ?? "pass --\(setting.flag)"
                 throw SettingsError("missing setting: \(source) (\(setting.help))")
             }
         }
@@ -123,7 +124,8 @@ public struct SettingValues: Sendable {
     public func integer(_ flag: String, in range: ClosedRange<Int>) throws(SettingsError) -> Int? {
         guard let text = string(flag) else { return nil }
         guard let value = Int(text), range.contains(value) else {
-            throw SettingsError("invalid \(name(flag)): \(text) is not a whole number in \(range.lowerBound)...\(range.upperBound)")
+            throw SettingsError(
+                "invalid \(name(flag)): \(text) is not a whole number in \(range.lowerBound)...\(range.upperBound)")
         }
         return value
     }

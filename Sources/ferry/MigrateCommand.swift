@@ -1,13 +1,121 @@
 import FerryGateway
+import FerryPostgres
+import Foundation
 
+/// `ferry migrate`: applies `sql/ferry` and then each `--dir`, or reports where they stand.
 enum MigrateCommand: Command {
     static let name = "migrate"
     static let summary = "apply SQL migrations"
-    static let usage = "ferry migrate [options]"
-    static let settings: [Setting] = []
+    static let usage = """
+        ferry migrate [--dir <directory>]… [--status | --dry-run] [options]
+
+        Applies <sql-root>/ferry/*.sql, then each --dir in the order given, each directory's
+        files in file-name order, each file in its own transaction, once: the ledger
+        ferry.schema_migrations records name (e.g. puzzle/0001_placeholder.sql), SHA-256 and
+        time. Refuses to run when an applied file has changed. Two migrators on one database
+        take turns (advisory lock). Run it as the database owner or a superuser, not as
+        ferry_gateway. Exit status: 0 done, 1 a file failed or changed, 2 bad settings.
+        """
+    static let settings: [Setting] = [
+        Setting(
+            "database-url", env: "FERRY_MIGRATE_DATABASE_URL",
+            help: "PostgreSQL URL of an owner or superuser role (falls back to FERRY_DATABASE_URL)",
+            isOptional: true, isSecret: true),
+        Setting(
+            "sql-root", env: "FERRY_SQL_ROOT", default: "sql",
+            help: "directory holding ferry/ (Ferry's own migrations), relative to the current directory"),
+        Setting(
+            "dir", help: "another directory of migrations, applied after Ferry's; labelled by its name",
+            isRepeatable: true),
+        Setting("status", help: "list applied, pending and changed files; change nothing", isSwitch: true),
+        Setting("dry-run", help: "list the files that would be applied; change nothing", isSwitch: true),
+        Setting("verbose", help: "also print a line for each file already applied", isSwitch: true),
+    ]
 
     static func run(_ values: SettingValues) throws -> Int32 {
-        printError("ferry migrate: not implemented yet")
-        return ExitStatus.failure
+        let url = try databaseURL(values, environment: ProcessInfo.processInfo.environment)
+        let migrator = Migrator(sqlRoot: values.string("sql-root")!, extraDirectories: values.strings("dir"))
+        let (status, dryRun, verbose) = (values.isOn("status"), values.isOn("dry-run"), values.isOn("verbose"))
+        return try runBlocking {
+            do {
+                return try await withClient(url) { client in
+                    if status { return try await printStatus(migrator, client) }
+                    if dryRun { return try await printDryRun(migrator, client) }
+                    try await migrate(migrator, client, verbose: verbose)
+                    return ExitStatus.success
+                }
+            } catch let error as MigrationError {
+                printError("ferry migrate: \(error)")
+                return ExitStatus.failure
+            }
+        }
+    }
+
+    /// `--database-url`, else `FERRY_MIGRATE_DATABASE_URL`, else `FERRY_DATABASE_URL`.
+    static func databaseURL(_ values: SettingValues, environment: [String: String]) throws(SettingsError) -> String {
+        guard
+            let url = values.string("database-url")
+                ?? environment["FERRY_DATABASE_URL"].flatMap({ $0.isEmpty ? nil : $0 })
+        else {
+            throw SettingsError(
+                "missing setting: set FERRY_MIGRATE_DATABASE_URL (or FERRY_DATABASE_URL) or pass --database-url "
+                    + "(PostgreSQL URL of an owner or superuser role)")
+        }
+        do {
+            _ = try PostgresConfiguration(url)
+        } catch {
+            throw SettingsError("invalid \(values.name("database-url")): \(error.message)")
+        }
+        return url
+    }
+
+    /// Connects as the migrating role; a failure says where it tried (never the password).
+    static func connect(_ url: String) async throws -> PostgresClient {
+        let configuration = try PostgresConfiguration(url, applicationName: "ferry-migrate")
+        do {
+            return try await PostgresClient.connect(configuration)
+        } catch {
+            let parameters = configuration.parameters
+            let place =
+                "\(parameters["host"] ?? "localhost"):\(parameters["port"] ?? "5432")/\(parameters["dbname"] ?? "")"
+            let message = error.message.split(whereSeparator: \.isNewline).map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }
+            throw MigrationError("cannot connect to \(place): \(message.joined(separator: " "))")
+        }
+    }
+
+    /// Connects, runs `body`, and closes the connection however `body` ends.
+    static func withClient<Value>(_ url: String, _ body: (PostgresClient) async throws -> Value) async throws -> Value {
+        let client = try await connect(url)
+        do {
+            let value = try await body(client)
+            await client.close()
+            return value
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    /// Applies what is pending, one line per file, and a summary when nothing was to do.
+    static func migrate(_ migrator: Migrator, _ client: PostgresClient, verbose: Bool) async throws {
+        let applied = try await migrator.migrate(client, verbose: verbose, progress: printLine)
+        if applied.isEmpty { printLine("migrations up to date") }
+    }
+
+    private static func printStatus(_ migrator: Migrator, _ client: PostgresClient) async throws -> Int32 {
+        let plan = try await migrator.plan(client)
+        for line in plan.statusLines { printLine(line) }
+        return plan.changed.isEmpty ? ExitStatus.success : ExitStatus.failure
+    }
+
+    private static func printDryRun(_ migrator: Migrator, _ client: PostgresClient) async throws -> Int32 {
+        let plan = try await migrator.plan(client)
+        if let changed = plan.changed.first {
+            throw MigrationError("\(changed.name) was changed after it was applied: a real run would refuse")
+        }
+        for line in plan.dryRunLines { printLine(line) }
+        return ExitStatus.success
     }
 }

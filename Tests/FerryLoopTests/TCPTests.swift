@@ -115,7 +115,9 @@ private final class Collector: TCPConnectionDelegate {
         loop.execute {
             do {
                 let first = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) { _ in }
-                let second = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: first.address.port)) { _ in }
+                let second = try TCPListener(
+                    loop: loop, address: SocketAddress(host: "127.0.0.1", port: first.address.port)
+                ) { _ in }
                 ports = [first.address.port, second.address.port]
                 first.close()
                 second.close()

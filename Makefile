@@ -1,0 +1,83 @@
+# Ferry's two commands on a fresh Debian machine (README.md):
+#   make run    install what is missing, build, start the embedded PostgreSQL, migrate, serve
+#   make test   the same set-up, then swift-format lint and every test
+# The other targets are the steps they are made of. Works as root (CI) or as a user.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.PHONY: help deps build db db-stop db-reset run test lint format bench clean
+
+# The toolchain lives in /opt/swift on the project's machines; elsewhere it is on PATH.
+ifeq ($(shell command -v swift 2>/dev/null),)
+export PATH := /opt/swift/usr/bin:$(PATH)
+endif
+
+FERRY := .build/debug/ferry
+DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev postgresql
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 18
+
+deps: ## install the Debian packages that are missing (apt-get as root; otherwise says what to run)
+	@if ! command -v dpkg >/dev/null; then \
+	  echo "not a Debian system: install the equivalents of $(DEBIAN_PACKAGES) yourself"; \
+	else \
+	  missing=""; \
+	  for package in $(DEBIAN_PACKAGES); do \
+	    dpkg -s "$$package" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$package"; \
+	  done; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" -ne 0 ]; then \
+	      echo "missing Debian packages:$$missing"; \
+	      echo "run: sudo apt-get update && sudo apt-get install -y$$missing"; \
+	      exit 1; \
+	    fi; \
+	    echo "installing$$missing"; \
+	    apt-get update -q; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	  fi; \
+	fi
+	@command -v swift >/dev/null || { echo "swift not found on PATH nor in /opt/swift/usr/bin: install Swift 6.3 (swift.org)"; exit 1; }
+
+build: ## build the ferry binary (.build/debug/ferry)
+	swift build --product ferry
+
+db: build ## start the embedded PostgreSQL under .ferry/ (FERRY_DEV_PG_PORT, default 54329)
+	@$(FERRY) db start
+
+db-stop: build ## stop the embedded PostgreSQL
+	@$(FERRY) db stop
+
+db-reset: build ## stop the embedded PostgreSQL and delete its data
+	@$(FERRY) db reset
+
+# `ferry dev` starts the database itself (as `make db` would), so that Ctrl-C stops
+# both; a database that was already running is left running.
+run: deps build ## start PostgreSQL, migrate, serve the example app on 127.0.0.1:8080
+	$(FERRY) dev
+
+lint: ## swift-format lint, failing on any finding
+	swift format lint --strict --recursive Sources Tests
+
+format: ## rewrite Sources and Tests with swift-format
+	swift format format --in-place --recursive Sources Tests
+
+# The database is stopped afterwards only when this target started it; the exit
+# status is the tests'.
+test: deps build lint ## lint, start PostgreSQL, run every test against it (in parallel)
+	@started=""; \
+	if ! $(FERRY) db status >/dev/null; then $(FERRY) db start; started=yes; fi; \
+	stop_database() { if [ -n "$$started" ]; then $(FERRY) db stop; fi; }; \
+	trap 'stop_database; exit 130' INT TERM; \
+	status=0; \
+	FERRY_TEST_DATABASE_URL="$$($(FERRY) db url)" swift test --parallel || status=$$?; \
+	stop_database; \
+	if [ "$$status" -ne 0 ]; then echo "make test: tests failed (exit $$status)"; fi; \
+	exit "$$status"
+
+bench: deps build db ## run the benchmarks in bench/
+	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet (see bench/README.md)"; fi
+
+clean: ## delete build products (keeps .ferry/: make db-reset deletes the database)
+	swift package clean

@@ -1,0 +1,294 @@
+import FerryGateway
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+/// `ferry migrate` against a real PostgreSQL: each test has its own database and its
+/// own migration files in a temporary directory labelled `app`.
+@Suite struct MigratorTests {
+    /// The repository's `sql/` directory, for Ferry's own migrations.
+    static let sqlRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("sql").path
+
+    /// A temporary directory named `app` holding `files` (name → SQL); removed by ``remove()``.
+    struct MigrationFiles {
+        let directory: URL
+
+        init(_ files: [String: String]) throws {
+            directory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("ferry-migrator-\(UUID().uuidString)")
+                .appendingPathComponent("app")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            for (name, sql) in files { try write(name, sql) }
+        }
+
+        func write(_ name: String, _ sql: String) throws {
+            try sql.write(to: directory.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
+
+        func delete(_ name: String) throws {
+            try FileManager.default.removeItem(at: directory.appendingPathComponent(name))
+        }
+
+        var migrator: Migrator { Migrator(directories: [MigrationDirectory(path: directory.path)]) }
+
+        func remove() { try? FileManager.default.removeItem(at: directory.deletingLastPathComponent()) }
+    }
+
+    /// Runs `body` with a fresh database, a connection to it and the given files.
+    func withMigrations(
+        _ files: [String: String], _ body: (TestDatabase, PostgresClient, MigrationFiles) async throws -> Void
+    ) async throws {
+        let migrations = try MigrationFiles(files)
+        defer { migrations.remove() }
+        try await TestDatabase.with(prefix: "ferry_migrator") { database in
+            let client = try await database.connect()
+            do {
+                try await body(database, client, migrations)
+            } catch {
+                await client.close()
+                throw error
+            }
+            await client.close()
+        }
+    }
+
+    func ledger(_ client: PostgresClient) async throws -> [String] {
+        let result = try await client.query("select name from ferry.schema_migrations order by name")
+        return (0..<result.count).compactMap { result[$0, 0] }
+    }
+
+    func tableExists(_ client: PostgresClient, _ name: String) async throws -> Bool {
+        try await client.query("select to_regclass($1) is not null", [name])[0, 0] == "t"
+    }
+
+    // MARK: - Applying
+
+    @Test func applyingTwiceIsANoOp() async throws {
+        let files = ["0001_a.sql": "create table a (id int);", "0002_b.sql": "create table b (id int);"]
+        try await withMigrations(files) { _, client, migrations in
+            let first = try await migrations.migrator.migrate(client)
+            #expect(first == ["app/0001_a.sql", "app/0002_b.sql"])
+            let second = try await migrations.migrator.migrate(client)
+            #expect(second.isEmpty)
+            #expect(try await ledger(client) == ["app/0001_a.sql", "app/0002_b.sql"])
+        }
+    }
+
+    @Test func filesApplyInFileNameOrderWithOneProgressLineEach() async throws {
+        let files = [
+            "0002_second.sql": "insert into log values ('second');",
+            "0001_first.sql": "create table log (entry text); insert into log values ('first');",
+            "README.md": "not a migration",
+        ]
+        try await withMigrations(files) { _, client, migrations in
+            let lines = Mutex<[String]>([])
+            try await migrations.migrator.migrate(client) { line in lines.withLock { $0.append(line) } }
+            let printed = lines.withLock { $0 }
+            #expect(printed.count == 2)
+            #expect(printed.first?.hasPrefix("applied app/0001_first.sql (") == true)
+            #expect(printed.last?.hasSuffix(" ms)") == true)
+            let log = try await client.query("select string_agg(entry, ',' order by ctid) from log")
+            #expect(log[0, 0] == "first,second")
+        }
+    }
+
+    @Test func ledgerRecordsTheFilesChecksum() async throws {
+        let sql = "create table a (id int);\n"
+        try await withMigrations(["0001_a.sql": sql]) { _, client, migrations in
+            try await migrations.migrator.migrate(client)
+            let checksum = try await client.query("select checksum from ferry.schema_migrations")[0, 0]
+            #expect(checksum == Migration(name: "app/0001_a.sql", path: "", sql: sql).checksum)
+            #expect(checksum?.count == 64)
+        }
+    }
+
+    @Test func sha256MatchesAKnownDigest() {
+        #expect(
+            Migration(name: "x", path: "", sql: "abc").checksum
+                == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+
+    @Test func editedAppliedFileIsRefusedByName() async throws {
+        try await withMigrations(["0001_a.sql": "create table a (id int);"]) { _, client, migrations in
+            try await migrations.migrator.migrate(client)
+            try migrations.write("0001_a.sql", "create table a (id bigint);")
+            try migrations.write("0002_b.sql", "create table b (id int);")
+            let error = await #expect(throws: MigrationError.self) { try await migrations.migrator.migrate(client) }
+            #expect(error?.migrationName == "app/0001_a.sql")
+            #expect(error?.description.contains("app/0001_a.sql was changed after it was applied") == true)
+            #expect(try await tableExists(client, "b") == false, "nothing runs once a change is found")
+        }
+    }
+
+    @Test func failingFileRollsBackAloneAndStopsTheRun() async throws {
+        let files = [
+            "0001_a.sql": "create table a (id int);",
+            "0002_b.sql": "create table b (id int);\n\ninsert into missing_table values (1);\n",
+            "0003_c.sql": "create table c (id int);",
+        ]
+        try await withMigrations(files) { _, client, migrations in
+            let error = await #expect(throws: MigrationError.self) { try await migrations.migrator.migrate(client) }
+            #expect(error?.migrationName == "app/0002_b.sql")
+            let description = error?.description ?? ""
+            #expect(description.contains("app/0002_b.sql failed"))
+            #expect(description.contains("relation \"missing_table\" does not exist"))
+            #expect(description.contains("SQLSTATE 42P01"))
+            #expect(try await ledger(client) == ["app/0001_a.sql"])
+            #expect(try await tableExists(client, "a"))
+            #expect(try await tableExists(client, "b") == false, "the failing file rolled back")
+            #expect(try await tableExists(client, "c") == false, "the run stopped")
+            // The session is usable and the lock released: fixing the file lets the run go on.
+            try migrations.write("0002_b.sql", "create table b (id int);")
+            #expect(try await migrations.migrator.migrate(client) == ["app/0002_b.sql", "app/0003_c.sql"])
+        }
+    }
+
+    @Test func twoMigratorsAtOnceApplyEachFileExactlyOnce() async throws {
+        // Plain `create table` fails when run twice, and the sleep keeps the first
+        // migrator inside the lock while the second arrives.
+        let files = [
+            "0001_slow.sql": "select pg_sleep(0.3); create table slow (id int);",
+            "0002_a.sql": "create table a (id int);",
+            "0003_b.sql": "create table b (id int);",
+        ]
+        try await withMigrations(files) { database, client, migrations in
+            let other = try await database.connect()
+            let migrator = migrations.migrator
+            async let first = migrator.migrate(client)
+            async let second = migrator.migrate(other)
+            let applied = try await first + second
+            await other.close()
+            #expect(applied.sorted() == ["app/0001_slow.sql", "app/0002_a.sql", "app/0003_b.sql"])
+            #expect(try await ledger(client).count == 3)
+        }
+    }
+
+    @Test func migratorsOfDifferentDatabasesDoNotWaitForEachOther() async throws {
+        // Advisory locks are per database: a lock held in another database must not block.
+        try await withMigrations(["0001_a.sql": "create table a (id int);"]) { _, client, migrations in
+            try await TestDatabase.with(prefix: "ferry_migrator") { otherDatabase in
+                let other = try await otherDatabase.connect()
+                _ = try await other.query("select pg_advisory_lock($1::bigint)", [String(Migrator.advisoryLockKey)])
+                let applied = try await migrations.migrator.migrate(client)
+                await other.close()
+                #expect(applied == ["app/0001_a.sql"])
+            }
+        }
+    }
+
+    // MARK: - Status and dry run
+
+    @Test func statusAndDryRunReportWithoutChangingAnything() async throws {
+        let files = ["0001_a.sql": "create table a (id int);", "0002_b.sql": "create table b (id int);"]
+        try await withMigrations(files) { _, client, migrations in
+            let before = try await migrations.migrator.plan(client)
+            #expect(
+                before.statusLines == [
+                    "pending  app/0001_a.sql", "pending  app/0002_b.sql", "0 applied, 2 pending, 0 changed",
+                ])
+            #expect(before.dryRunLines == ["would apply app/0001_a.sql", "would apply app/0002_b.sql"])
+            #expect(try await tableExists(client, "ferry.schema_migrations") == false, "a dry run creates nothing")
+
+            try migrations.delete("0002_b.sql")
+            try await migrations.migrator.migrate(client)
+            try migrations.write("0002_b.sql", "create table b (id int);")
+            let partial = try await migrations.migrator.plan(client)
+            #expect(partial.dryRunLines == ["would apply app/0002_b.sql"])
+            #expect(partial.statusLines[0].hasPrefix("applied  app/0001_a.sql  20"))
+            #expect(partial.statusLines[1] == "pending  app/0002_b.sql")
+
+            try await migrations.migrator.migrate(client)
+            try migrations.write("0001_a.sql", "create table a (id bigint);")
+            try migrations.delete("0002_b.sql")
+            let drifted = try await migrations.migrator.plan(client)
+            #expect(drifted.statusLines[0].hasPrefix("changed  app/0001_a.sql  applied 20"))
+            #expect(drifted.statusLines[1].hasPrefix("missing  app/0002_b.sql  applied 20"))
+            #expect(drifted.statusLines[2] == "0 applied, 0 pending, 1 changed")
+            #expect(drifted.dryRunLines == ["nothing to apply (0 applied)"])
+        }
+    }
+
+    // MARK: - Ferry's own migrations
+
+    @Test func ferryMigrationsCreateTheRolesWithTheRightAttributes() async throws {
+        try await withMigrations([:]) { _, client, migrations in
+            let migrator = Migrator(sqlRoot: Self.sqlRoot, extraDirectories: [migrations.directory.path])
+            let applied = try await migrator.migrate(client)
+            #expect(applied.contains("ferry/0001_roles_and_schema.sql"))
+            let roles = try await client.query(
+                """
+                select rolname, rolcanlogin, rolsuper, rolbypassrls, rolcreatedb, rolcreaterole
+                from pg_roles where rolname in ('ferry_gateway', 'ferry_client') order by rolname
+                """)
+            #expect(roles.count == 2)
+            #expect(roles[0, 0] == "ferry_client")
+            #expect(
+                [roles[0, 1], roles[0, 2], roles[0, 3]] == ["f", "f", "f"],
+                "ferry_client: NOLOGIN NOSUPERUSER NOBYPASSRLS")
+            #expect(roles[1, 0] == "ferry_gateway")
+            #expect(
+                [roles[1, 1], roles[1, 2], roles[1, 3], roles[1, 4], roles[1, 5]] == ["t", "f", "f", "f", "f"],
+                "ferry_gateway: LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE")
+            let privileges = try await client.query(
+                """
+                select pg_has_role('ferry_gateway', 'ferry_client', 'member'),
+                       has_schema_privilege('ferry_client', 'ferry', 'usage'),
+                       has_schema_privilege('ferry_client', 'ferry', 'create'),
+                       has_table_privilege('ferry_client', 'ferry.schema_migrations', 'select'),
+                       (select count(*) from pg_class where relowner = 'ferry_gateway'::regrole)
+                """)
+            #expect(privileges[0, 0] == "t", "the gateway may switch to ferry_client")
+            #expect(privileges[0, 1] == "t")
+            #expect(privileges[0, 2] == "f")
+            #expect(privileges[0, 3] == "f", "the ledger is the owner's only")
+            #expect(privileges[0, 4] == "0", "ferry_gateway owns nothing")
+        }
+    }
+
+    @Test func roleCreationIsSafeWhenManyDatabasesMigrateAtOnce() async throws {
+        // Roles are cluster-wide. Run 0001 with fresh role names in four databases at
+        // once, so every session races the others to create the same roles.
+        let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let source = try String(
+            contentsOfFile: Self.sqlRoot + "/ferry/0001_roles_and_schema.sql", encoding: .utf8)
+        let sql = source.replacingOccurrences(of: "ferry_client", with: "ferry_client_\(suffix)")
+            .replacingOccurrences(of: "ferry_gateway", with: "ferry_gateway_\(suffix)")
+        let files = try MigrationFiles(["0001_roles_and_schema.sql": sql])
+        defer { files.remove() }
+        var databases: [TestDatabase] = []
+        for _ in 0..<4 { databases.append(try await TestDatabase.create(prefix: "ferry_migrator")) }
+        let migrator = files.migrator
+        let outcomes = await withTaskGroup(of: Result<[String], any Error>.self) { group in
+            for database in databases {
+                group.addTask {
+                    do {
+                        let client = try await database.connect()
+                        let applied = try await migrator.migrate(client)
+                        await client.close()
+                        return .success(applied)
+                    } catch {
+                        return .failure(error)
+                    }
+                }
+            }
+            var outcomes: [Result<[String], any Error>] = []
+            for await outcome in group { outcomes.append(outcome) }
+            return outcomes
+        }
+        let maintenance = try await PostgresClient.connect(try TestDatabase.maintenanceConfiguration())
+        let roles = try await maintenance.query(
+            "select count(*) from pg_roles where rolname in ($1, $2)",
+            ["ferry_client_\(suffix)", "ferry_gateway_\(suffix)"])
+        for database in databases { try await database.drop() }
+        _ = try? await maintenance.execute("drop role if exists ferry_gateway_\(suffix), ferry_client_\(suffix)")
+        await maintenance.close()
+        for outcome in outcomes {
+            #expect(throws: Never.self) { try outcome.get() }
+        }
+        #expect(roles[0, 0] == "2")
+    }
+}

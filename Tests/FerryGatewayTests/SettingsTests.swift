@@ -1,0 +1,79 @@
+import FerryGateway
+import Testing
+
+/// Flags, `FERRY_*` variables and their errors, as `ferry serve` reads them.
+@Suite struct SettingsTests {
+    /// The smallest environment `ferry serve` accepts.
+    static let environment = [
+        "FERRY_DATABASE_URL": "postgresql://ferry_gateway@127.0.0.1:5432/app",
+        "FERRY_JWT_SECRET": String(repeating: "s", count: 32),
+    ]
+
+    func configuration(_ arguments: [String], environment: [String: String] = environment) throws
+        -> GatewayConfiguration
+    {
+        try GatewayConfiguration(
+            SettingValues(GatewayConfiguration.settings, arguments: arguments, environment: environment))
+    }
+
+    @Test func defaultsFillWhatIsNotGiven() throws {
+        let configuration = try configuration([])
+        #expect(configuration.host == "0.0.0.0")
+        #expect(configuration.port == 8080)
+        #expect(configuration.listenDatabaseURL == configuration.databaseURL)
+        #expect(configuration.logFormat == .text)
+    }
+
+    @Test func flagsWinOverEnvironmentVariables() throws {
+        var environment = Self.environment
+        environment["FERRY_LISTEN"] = "127.0.0.1:9000"
+        environment["FERRY_POOL_SIZE"] = "3"
+        let configuration = try configuration(["--listen", "[::1]:9001", "--pool-size=5"], environment: environment)
+        #expect(configuration.host == "::1")
+        #expect(configuration.port == 9001)
+        #expect(configuration.poolSize == 5)
+    }
+
+    @Test func missingSettingNamesTheFlagAndTheVariable() {
+        let error = #expect(throws: SettingsError.self) {
+            try configuration([], environment: ["FERRY_JWT_SECRET": String(repeating: "s", count: 32)])
+        }
+        #expect(error?.description.contains("FERRY_DATABASE_URL") == true)
+        #expect(error?.description.contains("--database-url") == true)
+    }
+
+    @Test func invalidNumberNamesTheSettingAndTheRange() {
+        let error = #expect(throws: SettingsError.self) { try configuration(["--threads", "many"]) }
+        #expect(error?.description.contains("--threads / FERRY_THREADS") == true)
+        #expect(error?.description.contains("many") == true)
+        #expect(throws: SettingsError.self) { try configuration(["--pool-size", "0"]) }
+    }
+
+    @Test func unknownFlagIsAnError() {
+        let error = #expect(throws: SettingsError.self) { try configuration(["--no-such-flag", "1"]) }
+        #expect(error?.description == "unknown option --no-such-flag (see --help)")
+    }
+
+    @Test func flagWithoutItsValueIsAnError() {
+        let error = #expect(throws: SettingsError.self) { try configuration(["--listen"]) }
+        #expect(error?.description == "option --listen needs a value")
+    }
+
+    @Test func shortSecretAndBadURLAreRefused() {
+        #expect(throws: SettingsError.self) { try configuration(["--jwt-secret", "short"]) }
+        #expect(throws: SettingsError.self) { try configuration(["--database-url", "mysql://x"]) }
+        #expect(throws: SettingsError.self) { try configuration(["--listen", "8080"]) }
+    }
+
+    @Test func repeatableSwitchAndPositionalArguments() throws {
+        let settings = [
+            Setting("dir", help: "a directory", isRepeatable: true),
+            Setting("dry-run", help: "change nothing", isSwitch: true),
+        ]
+        let values = try SettingValues(
+            settings, arguments: ["start", "--dir", "a", "--dry-run", "--dir=b"], environment: [:])
+        #expect(values.strings("dir") == ["a", "b"])
+        #expect(values.isOn("dry-run"))
+        #expect(values.positional == ["start"])
+    }
+}
