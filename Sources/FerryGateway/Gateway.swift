@@ -102,12 +102,19 @@ public final class Gateway: Sendable {
                 }
             }
         }
-        group.stop()
+        group.stopAndWait()
     }
 
     /// Runs a gateway until SIGINT or SIGTERM, then shuts it down gracefully.
     /// Returns the process exit status: 0 after a graceful stop, 1 when it could not start.
     public static func serve(_ configuration: GatewayConfiguration) -> Int32 {
+        // A parent may start us with these signals blocked (Foundation's Process does);
+        // unblock them before the loop threads are spawned, since threads inherit the mask.
+        var shutdownSignals = sigset_t()
+        sigemptyset(&shutdownSignals)
+        sigaddset(&shutdownSignals, SIGINT)
+        sigaddset(&shutdownSignals, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &shutdownSignals, nil)
         let logger = Logger(format: configuration.logFormat)
         let gateway: Gateway
         let address: SocketAddress

@@ -98,6 +98,8 @@ struct HTTPConnectionStateMachine {
     private var inputHasEnded = false
     private var upgradePending = false
     private var continueSent = false
+    /// Shutdown began while a request was arriving: it is the connection's last.
+    private var shutdownRequested = false
     // Clock readings behind the deadline.
     private var now: UInt64
     private var idleSince: UInt64
@@ -170,11 +172,17 @@ struct HTTPConnectionStateMachine {
 
     /// The server is shutting down: read no more requests, answer those in flight (the
     /// last with `Connection: close`), then close. An idle connection closes at once.
+    ///
+    /// A request whose head or body is still arriving is in flight too: it is read to
+    /// its end and answered, and nothing after it is.
     mutating func shutdown(now: UInt64) {
         self.now = now
         guard lifecycle == .open else { return }
-        lifecycle = .draining
-        stash = []
+        shutdownRequested = true
+        if decoder.progress == .idle {
+            lifecycle = .draining
+            stash = []
+        }
     }
 
     /// The socket closed (from either side). Pending answers will be ignored.
@@ -281,7 +289,7 @@ struct HTTPConnectionStateMachine {
                 if request.isUpgrade {
                     upgradePending = true
                     lifecycle = .draining
-                } else if !request.keepAlive {
+                } else if !request.keepAlive || shutdownRequested {
                     lifecycle = .draining
                 }
             case .error(let error):

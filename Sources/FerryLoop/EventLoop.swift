@@ -18,6 +18,8 @@ public final class EventLoop: @unchecked Sendable {
     private let pending = Mutex<PendingWork>(PendingWork())
     private let threadID = Atomic<UInt>(0)
     private var isTornDown = false
+    /// Signalled once ``run()`` has returned and the loop is released.
+    private let finished = DispatchSemaphore(value: 0)
     /// A scratch buffer for reads: callbacks on one loop never overlap, so every
     /// connection of the loop can share it (64 KiB per loop, not per connection).
     package let readBuffer: UnsafeMutableRawBufferPointer
@@ -77,6 +79,14 @@ public final class EventLoop: @unchecked Sendable {
         claimCurrentThread()
         uv_run(uv, UV_RUN_DEFAULT)
         tearDown()
+        finished.signal()
+    }
+
+    /// Blocks until ``run()`` has returned (after ``stop()``). Call it off the loop thread.
+    public func waitUntilStopped() {
+        precondition(!inEventLoop, "a loop cannot wait for itself to stop")
+        finished.wait()
+        finished.signal()
     }
 
     /// Asks the loop to stop after the tasks already queued. Safe from any thread.

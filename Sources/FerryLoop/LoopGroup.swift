@@ -28,4 +28,11 @@ public final class LoopGroup: Sendable {
     public func stop() {
         for loop in loops { loop.stop() }
     }
+
+    /// Stops every loop and waits until each has closed its handles and returned.
+    /// Call it off the group's loops.
+    public func stopAndWait() {
+        stop()
+        for loop in loops { loop.waitUntilStopped() }
+    }
 }

@@ -62,9 +62,11 @@ func freePort() throws -> Int {
                 "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
                 "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
             ]
-            process.standardOutput = Pipe()
+            // Not a pipe: nobody reads it, and a full pipe would stall the server's logging.
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
             try process.run()
-            defer { if process.isRunning { process.terminate() } }
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
             var client: HTTPTestClient?
             for _ in 0..<100 where client == nil {

@@ -236,6 +236,15 @@ private func get(_ path: String, close: Bool = false) -> String {
         #expect(harness.respond(0) == [.write(status: 200, sequence: 0, closes: true), .closeAfterWrites])
     }
 
+    @Test func shutdownFinishesARequestStillArrivingAndReadsNothingAfterIt() {
+        var harness = Harness()
+        #expect(harness.read("POST /a HTTP/1.1\r\nContent-Length: 10\r\n\r\nhello").isEmpty)
+        harness.machine.shutdown(now: 0)
+        #expect(harness.drain().isEmpty)
+        #expect(harness.read("world" + get("/b")) == [.dispatch(path: "/a", sequence: 0), .pauseReading])
+        #expect(harness.respond(0) == [.write(status: 200, sequence: 0, closes: true), .closeAfterWrites])
+    }
+
     @Test func answersAfterCloseAreIgnored() {
         var harness = Harness()
         _ = harness.read(get("/a"))
