@@ -31,8 +31,6 @@ let package = Package(
             resources: []
         ),
         .executableTarget(name: "ferry", dependencies: ["FerryGateway"]),
-        /// Serves GET /healthz for bench/http.sh until `ferry` itself can.
-        .executableTarget(name: "ferry-http-bench", dependencies: ["FerryHTTP"], path: "bench/http-server"),
 
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, and small socket clients.

@@ -88,6 +88,7 @@ public final class LogBuffer {
     private let logger: Logger
     private var pending = ""
     private var hook: IterationHook?
+    private var clock = Timestamp.Cache()
 
     /// Starts buffering for `loop`.
     public init(logger: Logger, loop: EventLoop) {
@@ -97,18 +98,53 @@ public final class LogBuffer {
     }
 
     /// Records one answered request.
+    ///
+    /// This runs once per request, so it appends straight into the buffer: no field
+    /// array, no `String(format:)`, and the timestamp's seconds are formatted once a second.
     public func request(
         method: String, route: String?, status: Int, durationNanoseconds: UInt64, bytes: Int,
         remote: String?
     ) {
-        let milliseconds = Double(durationNanoseconds) / 1_000_000
-        logger.append(
-            to: &pending, level: status >= 500 ? .error : .info, message: "request",
-            fields: [
-                ("method", method), ("route", route ?? "-"), ("status", String(status)),
-                ("duration_ms", String(format: "%.3f", milliseconds)), ("bytes", String(bytes)),
-                ("remote", remote ?? "-"),
-            ])
+        let level = status >= 500 ? Logger.Level.error : .info
+        let time = clock.now()
+        let microseconds = durationNanoseconds / 1_000
+        var duration = String(microseconds / 1_000)
+        duration += "."
+        Timestamp.appendPadded(&duration, Int(microseconds % 1_000), width: 3)
+        switch logger.format {
+        case .text:
+            pending += time
+            pending += level == .info ? " info request method=" : " error request method="
+            pending += method
+            pending += " route="
+            pending += route ?? "-"
+            pending += " status="
+            pending += String(status)
+            pending += " duration_ms="
+            pending += duration
+            pending += " bytes="
+            pending += String(bytes)
+            pending += " remote="
+            pending += remote ?? "-"
+            pending += "\n"
+        case .json:
+            pending += "{\"time\":\""
+            pending += time
+            pending += level == .info ? "\",\"level\":\"info\"" : "\",\"level\":\"error\""
+            pending += ",\"msg\":\"request\",\"method\":"
+            pending += Logger.quoted(method)
+            pending += ",\"route\":"
+            pending += route.map(Logger.quoted) ?? "null"
+            pending += ",\"status\":"
+            pending += String(status)
+            pending += ",\"duration_ms\":"
+            pending += duration
+            pending += ",\"bytes\":"
+            pending += String(bytes)
+            pending += ",\"remote\":"
+            pending += remote.map(Logger.quoted) ?? "null"
+            pending += "}\n"
+        }
         if pending.utf8.count > 64 * 1024 { flush() }
     }
 
@@ -131,13 +167,48 @@ public final class LogBuffer {
 enum Timestamp {
     /// The current time, e.g. `2026-11-29T15:40:00.123Z`.
     static func now() -> String {
-        var spec = timespec()
-        clock_gettime(CLOCK_REALTIME, &spec)
-        var parts = tm()
-        var seconds = spec.tv_sec
-        gmtime_r(&seconds, &parts)
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-            parts.tm_hour, parts.tm_min, parts.tm_sec, spec.tv_nsec / 1_000_000)
+        var cache = Cache()
+        return cache.now()
+    }
+
+    /// Formats the current time, reformatting the date and seconds only when the
+    /// second changes (a loop logs many lines a second).
+    struct Cache {
+        private var second = -1
+        private var prefix = ""
+
+        mutating func now() -> String {
+            var spec = timespec()
+            clock_gettime(CLOCK_REALTIME, &spec)
+            if spec.tv_sec != second {
+                second = spec.tv_sec
+                var seconds = spec.tv_sec
+                var parts = tm()
+                gmtime_r(&seconds, &parts)
+                prefix = ""
+                appendPadded(&prefix, Int(parts.tm_year) + 1900, width: 4)
+                prefix += "-"
+                appendPadded(&prefix, Int(parts.tm_mon) + 1, width: 2)
+                prefix += "-"
+                appendPadded(&prefix, Int(parts.tm_mday), width: 2)
+                prefix += "T"
+                appendPadded(&prefix, Int(parts.tm_hour), width: 2)
+                prefix += ":"
+                appendPadded(&prefix, Int(parts.tm_min), width: 2)
+                prefix += ":"
+                appendPadded(&prefix, Int(parts.tm_sec), width: 2)
+                prefix += "."
+            }
+            var text = prefix
+            appendPadded(&text, spec.tv_nsec / 1_000_000, width: 3)
+            return text + "Z"
+        }
+    }
+
+    /// Appends `value` in decimal, left-padded with zeros to `width` digits.
+    static func appendPadded(_ text: inout String, _ value: Int, width: Int) {
+        let digits = String(value)
+        if digits.count < width { text += String(repeating: "0", count: width - digits.count) }
+        text += digits
     }
 }

@@ -18,10 +18,9 @@ public final class LoopMetrics {
     public func recordRequest(route: String?, status: Int, durationNanoseconds: UInt64) {
         let key = MetricsSnapshot.RouteStatus(route: route ?? "unmatched", status: status)
         snapshot.requests[key, default: 0] += 1
-        let seconds = Double(durationNanoseconds) / 1_000_000_000
-        var histogram = snapshot.durations[key.route] ?? MetricsSnapshot.Histogram()
-        histogram.observe(seconds)
-        snapshot.durations[key.route] = histogram
+        // Mutated in place through the subscript: no copy of the bucket array per request.
+        snapshot.durations[key.route, default: MetricsSnapshot.Histogram()]
+            .observe(Double(durationNanoseconds) / 1_000_000_000)
     }
 
     /// Counts a connection opening.

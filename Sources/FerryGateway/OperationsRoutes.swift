@@ -12,16 +12,19 @@ final class OperationsRoutes: Sendable {
         self.listenerStatus = listenerStatus
     }
 
+    private static let healthy = HTTPResponse.json(bytes: Array(#"{"status":"ok"}"#.utf8))
+    private static let ready = HTTPResponse.json(bytes: Array(#"{"status":"ready"}"#.utf8))
+
     /// Adds the routes for one loop; handlers use that loop's `worker`.
     func register(in router: inout Router, worker: Worker) {
         router.get("/healthz") { _, responder in
-            responder.respond(.json(bytes: Array(#"{"status":"ok"}"#.utf8)))
+            responder.respond(Self.healthy)
         }
         router.get("/readyz") { [listenerStatus] _, responder in
             worker.pool.query("select 1") { result in
                 switch (result, listenerStatus.isConnected) {
                 case (.success, true):
-                    responder.respond(.json(bytes: Array(#"{"status":"ready"}"#.utf8)))
+                    responder.respond(Self.ready)
                 case (.success, false):
                     responder.respond(.error(status: 503, code: "unavailable", message: "listener is not connected"))
                 case (.failure(let error), _):

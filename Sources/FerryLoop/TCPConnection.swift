@@ -39,7 +39,8 @@ public final class TCPConnection {
     private var closeError: LoopError?
     private var state = State.open
 
-    private enum State { case open, shuttingDown, closing, closed }
+    private enum State { case open, shuttingDown, lingering, closing, closed }
+    private var lingerTimer: Timer?
 
     /// Wraps a handle that libuv already initialised (and connected or accepted).
     package init(loop: EventLoop, initializedHandle: UnsafeMutablePointer<uv_tcp_t>) {
@@ -81,7 +82,8 @@ public final class TCPConnection {
     }
 
     private func updateReading() {
-        let want = state == .open && !readPausedByOwner && !readPausedByBackpressure
+        let want =
+            state == .lingering || (state == .open && !readPausedByOwner && !readPausedByBackpressure)
         guard want != isReading else { return }
         isReading = want
         if want {
@@ -103,6 +105,11 @@ public final class TCPConnection {
     }
 
     private func didRead(count: Int, buffer: uv_buf_t) {
+        if state == .lingering {
+            // Discard what the peer still sends; its end (or an error) ends the linger.
+            if count < 0 { close() }
+            return
+        }
         if count > 0 {
             delegate?.connection(self, didRead: UnsafeRawBufferPointer(start: buffer.base, count: count))
         } else if count == Int(UV_EOF.rawValue) {
@@ -190,21 +197,39 @@ public final class TCPConnection {
 
     // MARK: - Closing
 
-    /// Closes once every queued byte is sent (a TCP half-close, then close).
-    public func closeAfterWrites() {
+    /// Closes once every queued byte is sent: half-closes (FIN), then reads and
+    /// discards whatever the peer still sends until it closes its side or
+    /// `lingerMilliseconds` pass, then closes.
+    ///
+    /// Closing a socket with unread bytes makes the kernel send a reset, which can
+    /// destroy the last response before the peer reads it (an upload refused with
+    /// 413 while its body is still arriving); lingering avoids that.
+    public func closeAfterWrites(lingerMilliseconds: UInt64 = 2_000) {
         guard state == .open else { return }
         state = .shuttingDown
+        self.lingerMilliseconds = lingerMilliseconds
         let request = UnsafeMutablePointer<uv_shutdown_t>.allocate(capacity: 1)
-        let status = uv_shutdown(request, stream) { request, _ in
+        let status = uv_shutdown(request, stream) { request, status in
             let stream = request!.pointee.handle!
             let connection = Unmanaged<TCPConnection>.fromOpaque(stream.pointee.data).takeUnretainedValue()
             request!.deallocate()
-            connection.close()
+            if status < 0 { connection.close() } else { connection.linger() }
         }
         if status < 0 {
             request.deallocate()
             close()
         }
+    }
+
+    private var lingerMilliseconds: UInt64 = 0
+
+    private func linger() {
+        guard state == .shuttingDown else { return }
+        state = .lingering
+        updateReading()
+        let timer = Timer(loop: loop)
+        timer.start(after: lingerMilliseconds) { [unowned self] in close() }
+        lingerTimer = timer
     }
 
     /// Closes now; unsent bytes are dropped.
@@ -213,8 +238,10 @@ public final class TCPConnection {
     }
 
     private func close(error: LoopError?) {
-        guard state == .open || state == .shuttingDown else { return }
+        guard state == .open || state == .shuttingDown || state == .lingering else { return }
         state = .closing
+        lingerTimer?.close()
+        lingerTimer = nil
         closeError = error
         uv_close(asHandle(handle)) { handle in
             let connection = Unmanaged<TCPConnection>.fromOpaque(handle!.pointee.data).takeRetainedValue()

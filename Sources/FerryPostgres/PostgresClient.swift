@@ -55,6 +55,7 @@ public final class PostgresClient: Sendable {
     }
 
     /// Runs one statement with text parameters (`$1`, …) and returns its result.
+    @discardableResult
     public func query(_ sql: String, _ parameters: [String?] = []) async throws(PostgresError) -> PostgresResult {
         try await run { connection, done in
             connection.query(sql, parameters) { done($0.map { [$0] }) }
@@ -62,6 +63,7 @@ public final class PostgresClient: Sendable {
     }
 
     /// Runs one statement, prepared once on the connection when it has a ``PostgresStatement/preparedName``.
+    @discardableResult
     public func query(_ statement: PostgresStatement) async throws(PostgresError) -> PostgresResult {
         try await run { connection, done in
             connection.query(statement) { done($0.map { [$0] }) }

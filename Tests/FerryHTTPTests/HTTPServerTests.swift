@@ -242,6 +242,20 @@ private final class TestServer {
         }
     }
 
+    @Test func a413ReachesAClientStillSendingItsBody() throws {
+        // The server refuses on Content-Length and closes while the body streams in; closing
+        // with unread bytes would reset the connection and destroy the 413 before it is read.
+        let server = try TestServer()
+        defer { server.stop() }
+        let client = try server.client()
+        try client.send("POST /echo HTTP/1.1\r\nContent-Length: 4194304\r\n\r\n")
+        let chunk = [UInt8](repeating: 0x61, count: 64 * 1024)
+        for _ in 0..<48 { try client.send(chunk) }
+        let response = try client.readResponse()
+        #expect(response.status == 413)
+        #expect(response.text.contains("payload_too_large"))
+    }
+
     @Test func connectionCloseRequestIsAnsweredThenClosed() throws {
         let server = try TestServer()
         defer { server.stop() }
