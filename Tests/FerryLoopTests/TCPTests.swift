@@ -131,3 +131,80 @@ private final class Collector: TCPConnectionDelegate {
         #expect(ports.count == 2 && ports[0] == ports[1] && ports[0] > 0)
     }
 }
+
+/// Echoes what it reads and remembers the most it ever had unsent.
+private final class MeasuringEcho: TCPConnectionDelegate {
+    var received = 0
+    var mostUnsent = 0
+    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {
+        received += bytes.count
+        connection.write(bytes)
+        mostUnsent = max(mostUnsent, connection.unsentBytes)
+    }
+    func connectionDidReachEnd(_ connection: TCPConnection) {}
+    func connectionDidDrain(_ connection: TCPConnection) {}
+    func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
+}
+
+@Suite struct BackpressureTests {
+    @Test func aPeerThatDoesNotReadStopsTheServerReading() async throws {
+        let loop = EventLoop.spawn(name: "backpressure")
+        defer { loop.stop() }
+        let payload = [UInt8](repeating: 7, count: 16 << 20)
+        let echo = LoopBound(unchecked: MeasuringEcho(), loop: loop)
+        final class Sockets {
+            var client: TCPConnection?
+            var listener: TCPListener?
+        }
+        let sockets = LoopBound(unchecked: Sockets(), loop: loop)
+        // The client sends 16 MiB and reads nothing back.
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            loop.execute {
+                do {
+                    let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                        connection in
+                        connection.highWaterMark = 256 * 1024
+                        connection.delegate = echo.value
+                        connection.startReading()
+                    }
+                    sockets.value.listener = listener
+                    TCPConnection.connect(on: loop, to: listener.address) { result in
+                        switch result {
+                        case .failure(let error): continuation.resume(throwing: error)
+                        case .success(let connection):
+                            sockets.value.client = connection
+                            // This client must read whatever it has queued: an echo
+                            // deadlocks if both ends stop reading for their own backlog.
+                            connection.highWaterMark = .max
+                            connection.write(payload)
+                            continuation.resume()
+                        }
+                    }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let (received, mostUnsent) = await withCheckedContinuation { continuation in
+            loop.execute { continuation.resume(returning: (echo.value.received, echo.value.mostUnsent)) }
+        }
+        // The server stopped reading once its unsent echo passed the high-water mark: it holds
+        // at most the mark plus one read, and the rest waits in the kernel and the client.
+        #expect(received < payload.count)
+        #expect(mostUnsent <= 256 * 1024 + 64 * 1024)
+
+        // Once the client reads, everything flows.
+        let echoed: Int = await withCheckedContinuation { continuation in
+            loop.execute {
+                let connection = sockets.value.client!
+                connection.delegate = Collector(expected: payload.count) { bytes in
+                    sockets.value.listener?.close()
+                    continuation.resume(returning: bytes.count)
+                }
+                connection.startReading()
+            }
+        }
+        #expect(echoed == payload.count)
+    }
+}
