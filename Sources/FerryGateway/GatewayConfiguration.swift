@@ -35,6 +35,14 @@ public struct GatewayConfiguration: Sendable {
     public var idleTimeoutSeconds: Int
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     public var shutdownTimeoutSeconds: Int
+    /// Seconds an access token is valid.
+    public var accessTokenSeconds: Int
+    /// Seconds of clock difference tolerated when checking a token's times.
+    public var tokenLeewaySeconds: Int
+    /// Anonymous sign-ups allowed per client address per hour.
+    public var anonymousSignUpsPerHour: Int
+    /// Failed sign-ins allowed per email and per client address per hour.
+    public var failedSignInsPerHour: Int
 
     /// The settings `ferry serve` reads; `--help` prints them.
     public static let settings: [Setting] = [
@@ -72,6 +80,18 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "shutdown-timeout", env: "FERRY_SHUTDOWN_TIMEOUT", default: "10",
             help: "seconds requests in flight get to finish on SIGTERM"),
+        Setting(
+            "access-token-ttl", env: "FERRY_ACCESS_TOKEN_TTL", default: "3600",
+            help: "seconds an access token is valid"),
+        Setting(
+            "token-leeway", env: "FERRY_TOKEN_LEEWAY", default: "30",
+            help: "seconds of clock skew tolerated when checking token times"),
+        Setting(
+            "anonymous-signups-per-hour", env: "FERRY_ANONYMOUS_SIGNUPS_PER_HOUR", default: "30",
+            help: "anonymous sign-ups per client address per hour (more: 429)"),
+        Setting(
+            "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
+            help: "failed sign-ins per email and per client address per hour (more: 429)"),
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -97,6 +117,10 @@ public struct GatewayConfiguration: Sendable {
         headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!
         idleTimeoutSeconds = try values.integer("idle-timeout", in: 1...86_400)!
         shutdownTimeoutSeconds = try values.integer("shutdown-timeout", in: 0...3600)!
+        accessTokenSeconds = try values.integer("access-token-ttl", in: 60...86_400)!
+        tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
+        anonymousSignUpsPerHour = try values.integer("anonymous-signups-per-hour", in: 1...1_000_000_000)!
+        failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
     }
 
     private static func postgresURL(_ values: SettingValues, _ flag: String) throws(SettingsError) -> String {

@@ -48,6 +48,14 @@ public struct HTTPResponse: Sendable {
     ///
     /// `retryable` is true exactly for 5xx and 429, as the protocol requires.
     public static func error(status: HTTPStatus, code: String, message: String) -> HTTPResponse {
+        error(status: status, code: code, message: message, details: [])
+    }
+
+    /// A PROTOCOL.md error with more fields in the error object, e.g. `lock_held`'s
+    /// `holder` or `resolution_required`'s `device_rows` and `cloud_rows`.
+    public static func error(
+        status: HTTPStatus, code: String, message: String, details: [(name: String, value: ErrorDetail)]
+    ) -> HTTPResponse {
         var body: [UInt8] = []
         body.reserveCapacity(64 + code.utf8.count + message.utf8.count)
         body.append(contentsOf: #"{"error":{"code":"#.utf8)
@@ -55,8 +63,29 @@ public struct HTTPResponse: Sendable {
         body.append(contentsOf: #","message":"#.utf8)
         JSONString.append(message, to: &body)
         let retryable = status.code >= 500 || status.code == 429
-        body.append(contentsOf: (retryable ? #","retryable":true}}"# : #","retryable":false}}"#).utf8)
+        body.append(contentsOf: (retryable ? #","retryable":true"# : #","retryable":false"#).utf8)
+        for (name, value) in details {
+            body.append(UInt8(ascii: ","))
+            JSONString.append(name, to: &body)
+            body.append(UInt8(ascii: ":"))
+            switch value {
+            case .string(let text): JSONString.append(text, to: &body)
+            case .integer(let number): body.append(contentsOf: String(number).utf8)
+            case .null: body.append(contentsOf: "null".utf8)
+            }
+        }
+        body.append(contentsOf: "}}".utf8)
         return json(status: status, bytes: body)
+    }
+
+    /// A value of an extra field in an error object.
+    public enum ErrorDetail: Sendable, Equatable {
+        /// A JSON string.
+        case string(String)
+        /// A JSON integer.
+        case integer(Int)
+        /// JSON null.
+        case null
     }
 }
 

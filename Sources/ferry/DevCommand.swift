@@ -97,7 +97,11 @@ enum DevCommand: Command {
         // cluster's, whatever the environment says.
         let gatewayValues = try SettingValues(
             GatewayConfiguration.settings,
-            arguments: ["--database-url", gatewayURL, "--jwt-secret", secret, "--listen", listen],
+            arguments: [
+                "--database-url", gatewayURL, "--jwt-secret", secret, "--listen", listen,
+                // Local testing and load tests sign up far more often than a phone does.
+                "--anonymous-signups-per-hour", String(Self.developmentSignUpsPerHour),
+            ],
             environment: ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_LISTEN_DATABASE_URL" })
         let configuration = try GatewayConfiguration(gatewayValues)
 
@@ -111,11 +115,18 @@ enum DevCommand: Command {
               curl -i \(base)/healthz
               curl -i \(base)/readyz
               curl -s \(base)/metrics
+              curl -s -X POST \(base)/v1/auth/anonymous -d '{"device_id":"\(UUID().uuidString.lowercased())"}'
+            Anonymous sign-ups are limited to \(Self.developmentSignUpsPerHour) per address per hour here \
+            (ferry serve: 30 by default).
             Ctrl-C stops it.
 
             """)
         return Gateway.serve(configuration)
     }
+
+    /// Anonymous sign-ups per address per hour under `ferry dev`: more than local tests
+    /// and load tests ever make.
+    static let developmentSignUpsPerHour = 1_000_000_000
 
     /// The HS256 secret in `.ferry/dev-secret`: 32 random bytes, base64, made on first
     /// use and kept, so tokens issued by earlier runs stay valid.

@@ -1,0 +1,78 @@
+import FerryHTTP
+import FerryPostgres
+import Foundation
+
+/// A PROTOCOL.md error answer: status, code, message and any extra fields.
+struct APIError: Error {
+    let status: HTTPStatus
+    let code: String
+    let message: String
+    var details: [(name: String, value: HTTPResponse.ErrorDetail)] = []
+    /// Seconds for `Retry-After` (429).
+    var retryAfterSeconds: Int?
+
+    /// The response to send.
+    var response: HTTPResponse {
+        var response = HTTPResponse.error(status: status, code: code, message: message, details: details)
+        if let retryAfterSeconds {
+            response.headers.replaceOrAdd(name: "Retry-After", value: String(retryAfterSeconds))
+        }
+        return response
+    }
+
+    static func invalidRequest(_ message: String) -> APIError {
+        APIError(status: 400, code: "invalid_request", message: message)
+    }
+
+    static func invalidJSON(_ message: String) -> APIError {
+        APIError(status: 400, code: "invalid_json", message: message)
+    }
+
+    static func unauthorized(_ message: String) -> APIError {
+        APIError(status: 401, code: "unauthorized", message: message)
+    }
+
+    static func rateLimited(retryAfterSeconds: Int) -> APIError {
+        APIError(
+            status: 429, code: "rate_limited", message: "too many requests; retry after \(retryAfterSeconds) s",
+            retryAfterSeconds: retryAfterSeconds)
+    }
+
+    /// A database failure as the client sees it: `503 unavailable` when retrying can
+    /// help (connection lost, pool exhausted, timeouts), `500 internal` otherwise. The
+    /// database's own message stays in the log, not in the answer.
+    static func database(_ error: PostgresError) -> APIError {
+        error.isRetryable
+            ? APIError(status: 503, code: "unavailable", message: "the database is unavailable; retry")
+            : APIError(status: 500, code: "internal", message: "internal error")
+    }
+
+    /// `500 internal` for a server bug or an unexpected answer.
+    static let internalError = APIError(status: 500, code: "internal", message: "internal error")
+}
+
+/// Request bodies: JSON, decoded with Foundation (they are small; PROTOCOL.md caps them).
+enum RequestBody {
+    /// Decodes the body as `T`, mapping failures to `invalid_json` (not JSON) or
+    /// `invalid_request` (JSON of the wrong shape, naming the field).
+    static func decode<T: Decodable>(_ type: T.Type, from request: HTTPRequest) -> Result<T, APIError> {
+        let bytes = request.body.isEmpty ? Array("{}".utf8) : request.body
+        do {
+            return .success(try JSONDecoder().decode(T.self, from: Data(bytes)))
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            return .failure(.invalidJSON("the body is not valid JSON"))
+        } catch DecodingError.keyNotFound(let key, _) {
+            return .failure(.invalidRequest("missing field \(key.stringValue)"))
+        } catch DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context) {
+            return .failure(.invalidRequest("field \(Self.path(context.codingPath)) has the wrong type"))
+        } catch DecodingError.dataCorrupted(let context) {
+            return .failure(.invalidRequest("field \(Self.path(context.codingPath)) is invalid"))
+        } catch {
+            return .failure(.invalidJSON("the body is not valid JSON"))
+        }
+    }
+
+    private static func path(_ codingPath: [any CodingKey]) -> String {
+        codingPath.map(\.stringValue).joined(separator: ".")
+    }
+}

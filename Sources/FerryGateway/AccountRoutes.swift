@@ -1,0 +1,543 @@
+import FerryHTTP
+import FerryLoop
+import FerryPostgres
+import Foundation
+
+/// What every loop's account handlers share: token signing, password hashing, rate
+/// limits and the revoked-session cache. Safe from any thread.
+final class Accounts: Sendable {
+    let tokens: AccessTokenSigner
+    let passwords: PasswordHasher
+    let revoked: RevokedSessions
+    let anonymousSignUps: RateLimiter
+    let failedSignInsByEmail: RateLimiter
+    let failedSignInsByAddress: RateLimiter
+    let logger: Logger
+
+    init(configuration: GatewayConfiguration, logger: Logger) {
+        tokens = AccessTokenSigner(
+            configuration: configuration, lifetimeSeconds: configuration.accessTokenSeconds,
+            leewaySeconds: configuration.tokenLeewaySeconds)
+        passwords = PasswordHasher()
+        revoked = RevokedSessions()
+        anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
+        failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        self.logger = logger
+    }
+
+    /// How long a revoked session must stay in the cache: until every access token
+    /// issued for it has expired.
+    var revocationHorizonSeconds: Int { tokens.lifetimeSeconds + tokens.leewaySeconds }
+
+    // MARK: - Authentication
+
+    /// The caller of `request`, from its bearer token (or `?access_token=` when
+    /// `allowQueryToken`, for streams). Costs no database round trip: signature, times
+    /// and the revoked-session cache decide.
+    func authenticate(
+        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
+    ) -> Result<Identity, APIError> {
+        var token: Substring?
+        if let header = request.headers["Authorization"] {
+            let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+            guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+                return .failure(.unauthorized("the Authorization header must be: Bearer <access_token>"))
+            }
+            token = parts[1]
+        } else if allowQueryToken, let query = request.queryParameter("access_token") {
+            token = Substring(query)
+        }
+        guard let token else { return .failure(.unauthorized("an access token is required")) }
+        switch tokens.verify(token) {
+        case .failure(.expired):
+            return .failure(APIError(status: 401, code: "token_expired", message: "the access token has expired"))
+        case .failure:
+            return .failure(.unauthorized("the access token is not valid"))
+        case .success(let claims):
+            if checkRevocation && revoked.isRevoked(claims.sessionID) {
+                return .failure(Self.sessionRevoked)
+            }
+            return .success(
+                Identity(
+                    userID: claims.userID.uuidString.lowercased(),
+                    sessionID: claims.sessionID.uuidString.lowercased(), deviceID: claims.deviceID,
+                    isAnonymous: claims.isAnonymous))
+        }
+    }
+
+    static let sessionRevoked = APIError(status: 401, code: "session_revoked", message: "the session was revoked")
+
+    /// A session body for a user's new tokens.
+    func session(userID: UUID, sessionID: UUID, deviceID: String, isAnonymous: Bool, refreshToken: String)
+        -> SessionBody
+    {
+        let claims = tokens.claims(
+            userID: userID, sessionID: sessionID, deviceID: deviceID, isAnonymous: isAnonymous)
+        return SessionBody(
+            accessToken: tokens.sign(claims), refreshToken: refreshToken, expiresIn: tokens.lifetimeSeconds)
+    }
+
+    /// Forgets sessions revoked by any gateway: called with each `ferry_revoked`
+    /// notification's payload.
+    func noteRevocation(payload: String) {
+        guard let data = payload.data(using: .utf8),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let text = object["session"] as? String, let session = UUID(uuidString: text)
+        else {
+            logger.log(.warning, "unreadable revocation notification", ["payload": payload])
+            return
+        }
+        revoked.revoke(session, until: Int(Date().timeIntervalSince1970) + revocationHorizonSeconds)
+    }
+}
+
+// MARK: - Bodies
+
+/// `{"id", "is_anonymous", "email"}`.
+struct UserBody: Encodable {
+    var id: String
+    var email: String?
+    var isAnonymous: Bool { email == nil }
+
+    enum CodingKeys: String, CodingKey { case id, isAnonymous = "is_anonymous", email }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(isAnonymous, forKey: .isAnonymous)
+        // Present as null for anonymous users, never left out.
+        try container.encode(email, forKey: .email)
+    }
+}
+
+/// `{"access_token", "refresh_token", "token_type": "bearer", "expires_in"}`.
+struct SessionBody: Encodable {
+    var accessToken: String
+    var refreshToken: String
+    var tokenType = "bearer"
+    var expiresIn: Int
+
+    enum CodingKeys: String, CodingKey {
+        case accessToken = "access_token", refreshToken = "refresh_token", tokenType = "token_type"
+        case expiresIn = "expires_in"
+    }
+}
+
+private struct UserAndSession: Encodable {
+    var user: UserBody
+    var session: SessionBody
+}
+
+private struct SignInAnswer: Encodable {
+    var user: UserBody
+    var session: SessionBody
+    var reset: Bool
+}
+
+private struct UserOnly: Encodable {
+    var user: UserBody
+}
+
+// MARK: - Routes
+
+/// PROTOCOL.md's Accounts section: anonymous sign-up, who am I, refresh, link,
+/// sign-in with the first-sign-in choice, sign-out and account deletion.
+struct AccountRoutes {
+    let accounts: Accounts
+
+    /// Adds the routes for one loop; handlers use that loop's `worker`.
+    func register(in router: inout Router, worker: Worker) {
+        let accounts = self.accounts
+        router.post("/v1/auth/anonymous") { request, responder in
+            Self.signUpAnonymous(request, responder, worker, accounts)
+        }
+        router.get("/v1/auth/user") { request, responder in
+            Self.currentUser(request, responder, worker, accounts)
+        }
+        router.post("/v1/auth/refresh") { request, responder in
+            Self.refresh(request, responder, worker, accounts)
+        }
+        router.post("/v1/auth/link") { request, responder in
+            Self.link(request, responder, worker, accounts)
+        }
+        router.post("/v1/auth/signin") { request, responder in
+            Self.signIn(request, responder, worker, accounts)
+        }
+        router.post("/v1/auth/signout") { request, responder in
+            Self.signOut(request, responder, worker, accounts)
+        }
+        router.delete("/v1/account") { request, responder in
+            Self.deleteAccount(request, responder, worker, accounts)
+        }
+    }
+
+    // MARK: Anonymous sign-up
+
+    private struct DeviceRequest: Decodable {
+        var deviceID: String
+        enum CodingKeys: String, CodingKey { case deviceID = "device_id" }
+    }
+
+    private static func signUpAnonymous(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        if case .denied(let retryAfter) = accounts.anonymousSignUps.admit(clientKey(request)) {
+            return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter).response)
+        }
+        let body: DeviceRequest
+        switch RequestBody.decode(DeviceRequest.self, from: request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let decoded): body = decoded
+        }
+        guard let device = deviceID(body.deviceID) else {
+            return responder.respond(APIError.invalidRequest("device_id must be a UUID").response)
+        }
+        let refreshToken = RefreshToken.generate()
+        let statement = PostgresStatement(
+            "select user_id, session_id from ferry.sign_up_anonymous($1, $2)",
+            [device, RefreshToken.hash(refreshToken)], preparedName: "ferry_sign_up_anonymous")
+        worker.pool.query(statement) { result in
+            guard case .success(let rows) = result, rows.count == 1,
+                let user = rows[0, 0].flatMap(UUID.init(uuidString:)),
+                let session = rows[0, 1].flatMap(UUID.init(uuidString:))
+            else {
+                return responder.respond(failure(result, accounts).response)
+            }
+            let answer = UserAndSession(
+                user: UserBody(id: user.uuidString.lowercased(), email: nil),
+                session: accounts.session(
+                    userID: user, sessionID: session, deviceID: device, isAnonymous: true, refreshToken: refreshToken))
+            responder.respond(.json(status: .created, answer))
+        }
+    }
+
+    // MARK: Who am I
+
+    private static func currentUser(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        let identity: Identity
+        switch accounts.authenticate(request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let caller): identity = caller
+        }
+        let statement = PostgresStatement(
+            "select user_id, email from ferry.current_account()", preparedName: "ferry_current_account")
+        worker.run(as: identity, [statement]) { result in
+            guard case .success(let results) = result else {
+                return responder.respond(failure(result, accounts).response)
+            }
+            guard results[0].count == 1, let id = results[0][0, 0] else {
+                return responder.respond(Accounts.sessionRevoked.response)
+            }
+            responder.respond(.json(UserOnly(user: UserBody(id: id, email: results[0][0, 1]))))
+        }
+    }
+
+    // MARK: Refresh
+
+    private struct RefreshRequest: Decodable {
+        var refreshToken: String
+        enum CodingKeys: String, CodingKey { case refreshToken = "refresh_token" }
+    }
+
+    private static func refresh(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        let body: RefreshRequest
+        switch RequestBody.decode(RefreshRequest.self, from: request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let decoded): body = decoded
+        }
+        let newToken = RefreshToken.generate()
+        let statement = PostgresStatement(
+            "select status, user_id, session_id, device_id, email from ferry.refresh_session($1, $2)",
+            [RefreshToken.hash(body.refreshToken), RefreshToken.hash(newToken)],
+            preparedName: "ferry_refresh_session")
+        worker.pool.query(statement) { result in
+            guard case .success(let rows) = result, rows.count == 1 else {
+                return responder.respond(failure(result, accounts).response)
+            }
+            switch rows[0, 0] {
+            case "ok":
+                guard let user = rows[0, 1].flatMap(UUID.init(uuidString:)),
+                    let session = rows[0, 2].flatMap(UUID.init(uuidString:)), let device = rows[0, 3]
+                else { return responder.respond(APIError.internalError.response) }
+                let email = rows[0, 4]
+                responder.respond(
+                    .json(
+                        UserAndSession(
+                            user: UserBody(id: user.uuidString.lowercased(), email: email),
+                            session: accounts.session(
+                                userID: user, sessionID: session, deviceID: device, isAnonymous: email == nil,
+                                refreshToken: newToken))))
+            case "reused":
+                // The database revoked the session; this gateway forgets it at once too.
+                if let session = rows[0, 2].flatMap(UUID.init(uuidString:)) {
+                    accounts.revoked.revoke(
+                        session, until: Int(Date().timeIntervalSince1970) + accounts.revocationHorizonSeconds)
+                }
+                responder.respond(
+                    APIError(
+                        status: 401, code: "refresh_token_reused",
+                        message: "this refresh token was already used; the session is revoked"
+                    ).response)
+            case "revoked":
+                responder.respond(Accounts.sessionRevoked.response)
+            default:
+                responder.respond(APIError.unauthorized("the refresh token is not valid").response)
+            }
+        }
+    }
+
+    // MARK: Link an email
+
+    private struct Credentials: Decodable {
+        var email: String
+        var password: String
+    }
+
+    private static func link(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        let identity: Identity
+        switch accounts.authenticate(request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let caller): identity = caller
+        }
+        let body: Credentials
+        switch RequestBody.decode(Credentials.self, from: request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let decoded): body = decoded
+        }
+        guard identity.isAnonymous else {
+            return responder.respond(alreadyLinked.response)
+        }
+        guard let email = EmailAddress.normalize(body.email) else {
+            return responder.respond(invalidEmail.response)
+        }
+        guard PasswordPolicy.isAcceptable(body.password) else {
+            return responder.respond(weakPassword.response)
+        }
+        let answer = LoopBound(responder, loop: responder.loop)
+        let loopWorker = LoopBound(worker, loop: responder.loop)
+        accounts.passwords.hash(body.password, on: responder.loop) { hashed in
+            let responder = answer.value
+            guard case .success(let hash) = hashed else {
+                return responder.respond(busy.response)
+            }
+            let statement = PostgresStatement(
+                "select ferry.link_email($1, $2)", [email, hash], preparedName: "ferry_link_email")
+            loopWorker.value.run(as: identity, [statement]) { result in
+                guard case .success(let results) = result else {
+                    return responder.respond(failure(result, accounts).response)
+                }
+                switch results[0][0, 0] {
+                case "ok":
+                    responder.respond(.json(UserOnly(user: UserBody(id: identity.userID, email: email))))
+                case "already_linked":
+                    responder.respond(alreadyLinked.response)
+                case "email_in_use":
+                    responder.respond(emailInUse.response)
+                default:
+                    responder.respond(Accounts.sessionRevoked.response)
+                }
+            }
+        }
+    }
+
+    // MARK: Sign in
+
+    private struct SignInRequest: Decodable {
+        var email: String
+        var password: String
+        var deviceID: String
+        var resolve: String?
+        enum CodingKeys: String, CodingKey { case email, password, deviceID = "device_id", resolve }
+    }
+
+    private static func signIn(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        let body: SignInRequest
+        switch RequestBody.decode(SignInRequest.self, from: request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let decoded): body = decoded
+        }
+        guard let device = deviceID(body.deviceID) else {
+            return responder.respond(APIError.invalidRequest("device_id must be a UUID").response)
+        }
+        guard body.resolve == nil || body.resolve == "keep_cloud" || body.resolve == "keep_device" else {
+            return responder.respond(APIError.invalidRequest("resolve must be keep_cloud or keep_device").response)
+        }
+        // The device's current anonymous session, when it sends one, decides what
+        // happens to the rows it made before signing in.
+        var anonymousUser: String?
+        if request.headers["Authorization"] != nil {
+            switch accounts.authenticate(request) {
+            case .failure(let error): return responder.respond(error.response)
+            case .success(let caller): anonymousUser = caller.isAnonymous ? caller.userID : nil
+            }
+        }
+        let email = EmailAddress.normalize(body.email) ?? body.email.lowercased()
+        let address = clientKey(request)
+        for limiter in [accounts.failedSignInsByEmail: email, accounts.failedSignInsByAddress: address] {
+            if let retryAfter = limiter.key.retryAfter(limiter.value) {
+                return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter).response)
+            }
+        }
+        let lookup = PostgresStatement(
+            "select user_id, password_hash from ferry.find_credentials($1)", [email],
+            preparedName: "ferry_find_credentials")
+        let answer = LoopBound(responder, loop: responder.loop)
+        let loopWorker = LoopBound(worker, loop: responder.loop)
+        let rejected: @Sendable () -> Void = {
+            _ = accounts.failedSignInsByEmail.admit(email)
+            _ = accounts.failedSignInsByAddress.admit(address)
+            answer.value.respond(
+                APIError(status: 401, code: "invalid_credentials", message: "wrong email or password").response)
+        }
+        worker.pool.query(lookup) { result in
+            guard case .success(let rows) = result else {
+                return responder.respond(failure(result, accounts).response)
+            }
+            guard rows.count == 1, let user = rows[0, 0], let hash = rows[0, 1] else {
+                // Same work as a real check, so a missing account answers no faster.
+                accounts.passwords.verifyForUnknownAccount(body.password, on: responder.loop) { _ in rejected() }
+                return
+            }
+            accounts.passwords.verify(body.password, against: hash, on: responder.loop) { verified in
+                let responder = answer.value
+                switch verified {
+                case .failure: return responder.respond(busy.response)
+                case .success(false): return rejected()
+                case .success(true): break
+                }
+                let refreshToken = RefreshToken.generate()
+                let signIn = PostgresStatement(
+                    """
+                    select status, session_id, email, reset, device_rows, cloud_rows
+                    from ferry.sign_in($1, $2, $3, $4, $5)
+                    """,
+                    [user, device, RefreshToken.hash(refreshToken), anonymousUser, body.resolve],
+                    preparedName: "ferry_sign_in")
+                loopWorker.value.pool.query(signIn) { result in
+                    guard case .success(let rows) = result, rows.count == 1 else {
+                        return responder.respond(failure(result, accounts).response)
+                    }
+                    if rows[0, 0] == "resolution_required" {
+                        return responder.respond(
+                            APIError(
+                                status: 409, code: "resolution_required",
+                                message:
+                                    "this device has rows of its own: sign in again with resolve keep_cloud or keep_device",
+                                details: [
+                                    ("device_rows", .integer(Int(rows[0, 4] ?? "") ?? 0)),
+                                    ("cloud_rows", .integer(Int(rows[0, 5] ?? "") ?? 0)),
+                                ]
+                            ).response)
+                    }
+                    guard let userID = UUID(uuidString: user), let session = rows[0, 1].flatMap(UUID.init(uuidString:))
+                    else { return responder.respond(APIError.internalError.response) }
+                    responder.respond(
+                        .json(
+                            SignInAnswer(
+                                user: UserBody(id: user, email: rows[0, 2]),
+                                session: accounts.session(
+                                    userID: userID, sessionID: session, deviceID: device, isAnonymous: false,
+                                    refreshToken: refreshToken),
+                                reset: rows[0, 3] == "t")))
+                }
+            }
+        }
+    }
+
+    // MARK: Sign out and delete
+
+    private static func signOut(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        let identity: Identity
+        switch accounts.authenticate(request) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let caller): identity = caller
+        }
+        let statement = PostgresStatement("select ferry.sign_out()", preparedName: "ferry_sign_out")
+        worker.run(as: identity, [statement]) { result in
+            guard case .success = result else { return responder.respond(failure(result, accounts).response) }
+            // This gateway stops honouring the session now; others on the notification.
+            if let session = UUID(uuidString: identity.sessionID) {
+                accounts.revoked.revoke(
+                    session, until: Int(Date().timeIntervalSince1970) + accounts.revocationHorizonSeconds)
+            }
+            responder.respond(HTTPResponse(status: .noContent))
+        }
+    }
+
+    private struct DeleteRequest: Decodable {
+        var confirm: String?
+    }
+
+    private static func deleteAccount(
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+    ) {
+        // A retry after a lost answer carries a token whose session the deletion revoked:
+        // the database, not the cache, decides (a deleted user answers 204 again).
+        let identity: Identity
+        switch accounts.authenticate(request, checkRevocation: false) {
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let caller): identity = caller
+        }
+        guard case .success(let body) = RequestBody.decode(DeleteRequest.self, from: request),
+            body.confirm == "DELETE"
+        else {
+            return responder.respond(
+                APIError(
+                    status: 400, code: "confirmation_required",
+                    message: #"send {"confirm": "DELETE"} to delete this account and all its data"#
+                ).response)
+        }
+        let statement = PostgresStatement("select ferry.delete_account()", preparedName: "ferry_delete_account")
+        worker.run(as: identity, [statement]) { result in
+            guard case .success(let results) = result else {
+                return responder.respond(failure(result, accounts).response)
+            }
+            guard results[0][0, 0] == "ok" else { return responder.respond(Accounts.sessionRevoked.response) }
+            responder.respond(HTTPResponse(status: .noContent))
+        }
+    }
+
+    // MARK: - Shared answers
+
+    private static let alreadyLinked = APIError(
+        status: 409, code: "already_linked", message: "this account already has an email")
+    private static let emailInUse = APIError(
+        status: 409, code: "email_in_use", message: "another account uses this email")
+    private static let invalidEmail = APIError(status: 400, code: "invalid_email", message: "not a valid email address")
+    private static let weakPassword = APIError(
+        status: 400, code: "weak_password",
+        message: "the password needs at least \(PasswordPolicy.minimumCharacters) characters")
+    private static let busy = APIError(status: 503, code: "unavailable", message: "too many sign-ins at once; retry")
+
+    /// The rate-limit key of a client: its address without the port.
+    private static func clientKey(_ request: HTTPRequest) -> String {
+        guard let address = request.remoteAddress, let colon = address.lastIndex(of: ":") else { return "unknown" }
+        return String(address[..<colon])
+    }
+
+    /// A device id as stored: a UUID, lowercased.
+    private static func deviceID(_ text: String) -> String? {
+        UUID(uuidString: text).map { $0.uuidString.lowercased() }
+    }
+
+    /// The error for a failed database call (logged), or for an answer of the wrong shape.
+    private static func failure<T>(_ result: Result<T, PostgresError>, _ accounts: Accounts) -> APIError {
+        guard case .failure(let error) = result else {
+            accounts.logger.log(.error, "unexpected answer from the database")
+            return .internalError
+        }
+        accounts.logger.log(.error, "database error", ["error": error.description])
+        return .database(error)
+    }
+}

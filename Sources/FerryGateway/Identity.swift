@@ -1,0 +1,45 @@
+import FerryPostgres
+
+/// Who is asking: the claims of a verified access token.
+struct Identity: Sendable, Equatable {
+    /// The user (`sub`), a UUID string.
+    var userID: String
+    /// The session (`sid`), a UUID string.
+    var sessionID: String
+    /// The device (`did`): the device for push, pull, streams and locks.
+    var deviceID: String
+    /// Whether the user had no email when the token was issued (`anon`).
+    var isAnonymous: Bool
+}
+
+extension Identity {
+    /// Switches a transaction to the request role and sets who is asking, all
+    /// transaction-locally and in one statement. Prepared once per connection.
+    static let statementName = "ferry_identity"
+    static let statementSQL = """
+        select pg_catalog.set_config('role', 'ferry_client', true),
+            pg_catalog.set_config('ferry.user_id', $1, true),
+            pg_catalog.set_config('ferry.device_id', $2, true),
+            pg_catalog.set_config('ferry.session_id', $3, true)
+        """
+
+    /// The identity statement for this caller.
+    var statement: PostgresStatement {
+        PostgresStatement(Self.statementSQL, [userID, deviceID, sessionID], preparedName: Self.statementName)
+    }
+}
+
+extension Worker {
+    /// Runs `statements` as `identity`: the identity statement and the work in one
+    /// pipeline before one Sync, so they share one implicit transaction and one round
+    /// trip, and Row Level Security sees the caller. Calls back on the loop with the
+    /// results of `statements` (the identity statement's own result left out).
+    func run(
+        as identity: Identity, _ statements: [PostgresStatement],
+        _ completion: @escaping (Result<[PostgresResult], PostgresError>) -> Void
+    ) {
+        pool.pipeline([identity.statement] + statements) { result in
+            completion(result.map { Array($0.dropFirst()) })
+        }
+    }
+}
