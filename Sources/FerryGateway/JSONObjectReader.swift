@@ -66,10 +66,13 @@ struct JSONObjectReader {
 
     /// A member's value.
     enum Value {
+        /// A string, escapes not yet applied.
         case string(RawString)
         /// A number with no fraction or exponent that fits in `Int`.
         case integer(Int)
+        /// `true` or `false`.
         case bool(Bool)
+        /// `null`.
         case null
         /// Any other valid value: a fractional or huge number, an array, an object.
         case other

@@ -13,9 +13,9 @@ public enum PasswordHasherError: Error, Sendable, Equatable {
 
 /// Argon2id password hashes (`crypto_pwhash_str`), computed off the event loops.
 ///
-/// One per process. Hashing or verifying costs ~50 ms of CPU and 64 MiB at the
+/// One per process. Hashing or verifying costs ~70 ms of CPU and 64 MiB at the
 /// interactive limits, so it runs on a ``BlockingWorkerPool`` of its own (2
-/// threads, so at most 128 MiB, and 32 waiting jobs, about a second of work, by
+/// threads, so at most 128 MiB, and 32 waiting jobs, about 1.1 s of work, by
 /// default); when that queue is full the request fails at once with
 /// ``PasswordHasherError/busy``. Every completion runs on the `loop` passed in,
 /// through ``EventLoop/execute(_:)``, never synchronously inside the call, busy

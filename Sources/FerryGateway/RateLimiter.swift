@@ -16,6 +16,7 @@ import Synchronization
 public final class RateLimiter: Sendable {
     /// The answer for one request.
     public enum Decision: Sendable, Equatable {
+        /// Under the limit; the request was counted.
         case allowed
         /// Over the limit; the window ends in this many whole seconds (at least 1).
         case denied(retryAfterSeconds: Int)
