@@ -1,4 +1,3 @@
-import CCrypto
 import FerryPostgres
 import Foundation
 
@@ -17,7 +16,7 @@ public struct Migration: Sendable, Equatable {
 
     /// A migration from its parts; ``MigrationDirectory/migrations()`` reads them from disk.
     public init(name: String, path: String, sql: String) {
-        self.init(name: name, path: path, sql: sql, checksum: Self.sha256(Data(sql.utf8)))
+        self.init(name: name, path: path, sql: sql, checksum: SHA256Digest.hex(Data(sql.utf8)))
     }
 
     init(name: String, path: String, sql: String, checksum: String) {
@@ -25,15 +24,6 @@ public struct Migration: Sendable, Equatable {
         self.path = path
         self.sql = sql
         self.checksum = checksum
-    }
-
-    /// Lowercase hex SHA-256 of `data`.
-    static func sha256(_ data: Data) -> String {
-        var digest = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
-        data.withUnsafeBytes { bytes in
-            _ = SHA256(bytes.bindMemory(to: UInt8.self).baseAddress, bytes.count, &digest)
-        }
-        return digest.map { String(format: "%02x", $0) }.joined()
     }
 }
 
@@ -71,7 +61,7 @@ public struct MigrationDirectory: Sendable, Equatable {
             }
             // The checksum is of the bytes on disk, not of their decoding.
             migrations.append(
-                Migration(name: "\(label)/\(name)", path: file, sql: sql, checksum: Migration.sha256(data)))
+                Migration(name: "\(label)/\(name)", path: file, sql: sql, checksum: SHA256Digest.hex(data)))
         }
         return migrations
     }

@@ -1,0 +1,26 @@
+import FerryGateway
+import Testing
+
+/// Refresh tokens and the hash the database keeps of them.
+@Suite struct RefreshTokenTests {
+    @Test func tokenIs43Base64URLCharactersOf32Bytes() {
+        let token = RefreshToken.generate()
+        #expect(token.utf8.count == 43)
+        #expect(Base64URL.decode(token)?.count == 32)
+    }
+
+    @Test func tokensAreUnique() {
+        let tokens = Set((0..<10_000).map { _ in RefreshToken.generate() })
+        #expect(tokens.count == 10_000)
+    }
+
+    @Test func hashIsStableLowercaseHexSHA256() {
+        #expect(RefreshToken.hash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        let token = RefreshToken.generate()
+        let hash = RefreshToken.hash(token)
+        #expect(hash == RefreshToken.hash(token))
+        #expect(hash.utf8.count == 64)
+        #expect(hash.allSatisfy { "0123456789abcdef".contains($0) })
+        #expect(hash != RefreshToken.hash(RefreshToken.generate()))
+    }
+}
