@@ -48,7 +48,7 @@ struct APIError: Error {
     }
 
     /// `500 internal` for a server bug or an unexpected answer.
-    static let internalError = APIError(status: 500, code: "internal", message: "internal error")
+    static let unexpected = APIError(status: 500, code: "internal", message: "internal error")
 }
 
 /// Request bodies: JSON, decoded with Foundation (they are small; PROTOCOL.md caps them).

@@ -100,7 +100,11 @@ struct UserBody: Encodable {
     var email: String?
     var isAnonymous: Bool { email == nil }
 
-    enum CodingKeys: String, CodingKey { case id, isAnonymous = "is_anonymous", email }
+    enum CodingKeys: String, CodingKey {
+        case id
+        case isAnonymous = "is_anonymous"
+        case email
+    }
 
     func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
@@ -119,7 +123,9 @@ struct SessionBody: Encodable {
     var expiresIn: Int
 
     enum CodingKeys: String, CodingKey {
-        case accessToken = "access_token", refreshToken = "refresh_token", tokenType = "token_type"
+        case accessToken = "access_token"
+        case refreshToken = "refresh_token"
+        case tokenType = "token_type"
         case expiresIn = "expires_in"
     }
 }
@@ -263,7 +269,7 @@ struct AccountRoutes {
             case "ok":
                 guard let user = rows[0, 1].flatMap(UUID.init(uuidString:)),
                     let session = rows[0, 2].flatMap(UUID.init(uuidString:)), let device = rows[0, 3]
-                else { return responder.respond(APIError.internalError.response) }
+                else { return responder.respond(APIError.unexpected.response) }
                 let email = rows[0, 4]
                 responder.respond(
                     .json(
@@ -354,7 +360,11 @@ struct AccountRoutes {
         var password: String
         var deviceID: String
         var resolve: String?
-        enum CodingKeys: String, CodingKey { case email, password, deviceID = "device_id", resolve }
+        enum CodingKeys: String, CodingKey {
+            case email, password
+            case deviceID = "device_id"
+            case resolve
+        }
     }
 
     private static func signIn(
@@ -373,17 +383,16 @@ struct AccountRoutes {
         }
         // The device's current anonymous session, when it sends one, decides what
         // happens to the rows it made before signing in.
-        var anonymousUser: String?
-        if request.headers["Authorization"] != nil {
-            switch accounts.authenticate(request) {
-            case .failure(let error): return responder.respond(error.response)
-            case .success(let caller): anonymousUser = caller.isAnonymous ? caller.userID : nil
-            }
+        let anonymousUser: String?
+        switch request.headers["Authorization"].map({ _ in accounts.authenticate(request) }) {
+        case .none: anonymousUser = nil
+        case .failure(let error): return responder.respond(error.response)
+        case .success(let caller): anonymousUser = caller.isAnonymous ? caller.userID : nil
         }
         let email = EmailAddress.normalize(body.email) ?? body.email.lowercased()
         let address = clientKey(request)
-        for limiter in [accounts.failedSignInsByEmail: email, accounts.failedSignInsByAddress: address] {
-            if let retryAfter = limiter.key.retryAfter(limiter.value) {
+        for (limiter, key) in [(accounts.failedSignInsByEmail, email), (accounts.failedSignInsByAddress, address)] {
+            if case .denied(let retryAfter) = limiter.check(key) {
                 return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter).response)
             }
         }
@@ -439,7 +448,7 @@ struct AccountRoutes {
                             ).response)
                     }
                     guard let userID = UUID(uuidString: user), let session = rows[0, 1].flatMap(UUID.init(uuidString:))
-                    else { return responder.respond(APIError.internalError.response) }
+                    else { return responder.respond(APIError.unexpected.response) }
                     responder.respond(
                         .json(
                             SignInAnswer(
@@ -535,7 +544,7 @@ struct AccountRoutes {
     private static func failure<T>(_ result: Result<T, PostgresError>, _ accounts: Accounts) -> APIError {
         guard case .failure(let error) = result else {
             accounts.logger.log(.error, "unexpected answer from the database")
-            return .internalError
+            return .unexpected
         }
         accounts.logger.log(.error, "database error", ["error": error.description])
         return .database(error)

@@ -19,10 +19,13 @@ public final class Gateway: Sendable {
     private let server: HTTPServer
     private let listener: LoopBound<Listener>
     private let listenerStatus = ListenerStatus()
+    let accounts: Accounts
 
     /// The channel database triggers notify; cues are the realtime issue's, the
     /// connection and its readiness are here.
     static let cueChannel = "ferry_cue"
+    /// The channel account functions notify when they revoke a session.
+    static let revocationChannel = "ferry_revoked"
 
     /// Builds every part; nothing is bound or connected until ``start()``.
     public init(configuration: GatewayConfiguration, logger: Logger) throws {
@@ -46,7 +49,8 @@ public final class Gateway: Sendable {
         self.workers = workers
         let listenerLoop = group.loops[0]
         listener = LoopBound(
-            unchecked: Listener(loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel]),
+            unchecked: Listener(
+                loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel, Self.revocationChannel]),
             loop: listenerLoop)
         var limits = HTTPLimits()
         limits.maxBodyBytes = configuration.maxBodyBytes
@@ -55,12 +59,17 @@ public final class Gateway: Sendable {
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
             idleTimeout: .seconds(configuration.idleTimeoutSeconds))
         let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus)
+        let accounts = Accounts(configuration: configuration, logger: logger)
+        self.accounts = accounts
+        let accountRoutes = AccountRoutes(accounts: accounts)
         server = HTTPServer(
             configuration: http, group: group,
             observer: { loop in workers.first { $0.loop === loop }!.value },
             router: { loop in
                 var router = Router()
-                routes.register(in: &router, worker: workers.first { $0.loop === loop }!.value)
+                let worker = workers.first { $0.loop === loop }!.value
+                routes.register(in: &router, worker: worker)
+                accountRoutes.register(in: &router, worker: worker)
                 return router
             })
     }
@@ -76,16 +85,47 @@ public final class Gateway: Sendable {
         let listener = self.listener
         let logger = self.logger
         let status = listenerStatus
+        let accounts = self.accounts
+        let worker = workers[0]
         listener.loop.execute {
             let connection = listener.value
             connection.onStateChange = { state in
                 let connected = state == .connected
                 status.isConnected = connected
                 logger.log(connected ? .info : .warning, connected ? "listener connected" : "listener disconnected")
+                // Revocations announced while nobody listened would be lost: reload them.
+                if connected { Self.reloadRevocations(worker.value, accounts) }
+            }
+            connection.onNotification = { notification in
+                if notification.channel == Self.revocationChannel {
+                    accounts.noteRevocation(payload: notification.payload)
+                }
             }
             connection.start()
         }
         return try server.start()
+    }
+
+    /// Replaces the revoked-session cache with every revocation young enough to matter.
+    private static func reloadRevocations(_ worker: Worker, _ accounts: Accounts) {
+        let statement = PostgresStatement(
+            """
+            select session_id, extract(epoch from revoked_at)::bigint
+            from ferry.recent_revocations(now() - make_interval(secs => $1))
+            """, [String(accounts.revocationHorizonSeconds)], preparedName: "ferry_recent_revocations")
+        worker.pool.query(statement) { result in
+            switch result {
+            case .success(let rows):
+                accounts.revoked.replaceAll(
+                    with: rows.rows.compactMap { row in
+                        guard let id = row[0].flatMap(UUID.init(uuidString:)), let at = row[1].flatMap(Int.init)
+                        else { return nil }
+                        return (sessionID: id, until: at + accounts.revocationHorizonSeconds)
+                    })
+            case .failure(let error):
+                accounts.logger.log(.warning, "could not reload revoked sessions", ["error": error.description])
+            }
+        }
     }
 
     /// Stops accepting, lets requests in flight finish until the shutdown timeout,
@@ -102,6 +142,7 @@ public final class Gateway: Sendable {
                 }
             }
         }
+        accounts.passwords.close()
         group.stopAndWait()
     }
 

@@ -62,6 +62,20 @@ public final class RateLimiter: Sendable {
         Double(DispatchTime.now().uptimeNanoseconds) / 1e9
     }
 
+    /// Whether `key` has used up its window, without counting an attempt: for limits
+    /// on failures, checked before the attempt and counted (``admit(_:)``) only when
+    /// it fails.
+    public func check(_ key: String) -> Decision {
+        let now = clock()
+        let window = Double(windowSeconds)
+        return state.withLock { state in
+            guard let current = state.windows[key], current.start + window > now, current.count >= limit else {
+                return .allowed
+            }
+            return .denied(retryAfterSeconds: max(1, Int((current.start + window - now).rounded(.up))))
+        }
+    }
+
     /// Counts one request by `key` and says whether it may go ahead. Any thread.
     public func admit(_ key: String) -> Decision {
         let now = clock()
