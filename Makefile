@@ -14,7 +14,7 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 endif
 
 FERRY := .build/debug/ferry
-DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev postgresql
+DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev postgresql python3-httpx
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 18

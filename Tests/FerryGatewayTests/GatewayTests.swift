@@ -6,21 +6,29 @@ import Testing
 /// A 32-byte secret for tests; never used outside them.
 let testSecret = "test-secret-test-secret-test-secret!"
 
-/// Starts an in-process gateway on a free loopback port, runs `body`, shuts it down.
+/// Starts an in-process gateway on a free loopback port with `arguments` added to the
+/// test defaults (a later flag wins), runs `body`, shuts it down.
 func withGateway<T>(
-    databaseURL: String, _ body: (_ port: Int) async throws -> T
+    databaseURL: String, arguments: [String] = [], _ body: (_ port: Int) async throws -> T
+) async throws -> T {
+    try await withStartedGateway(databaseURL: databaseURL, arguments: arguments) { _, port in try await body(port) }
+}
+
+/// ``withGateway(databaseURL:arguments:_:)`` that also hands `body` the gateway itself.
+func withStartedGateway<T>(
+    databaseURL: String, arguments: [String] = [], _ body: (_ gateway: Gateway, _ port: Int) async throws -> T
 ) async throws -> T {
     let values = try SettingValues(
         GatewayConfiguration.settings,
         arguments: [
             "--database-url", databaseURL, "--jwt-secret", testSecret, "--listen", "127.0.0.1:0", "--threads", "2",
             "--shutdown-timeout", "2",
-        ], environment: [:])
+        ] + arguments, environment: [:])
     let gateway = try Gateway(
         configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))
     let address = try gateway.start()
     do {
-        let result = try await body(address.port)
+        let result = try await body(gateway, address.port)
         await gateway.shutdown()
         return result
     } catch {

@@ -34,7 +34,9 @@ public final class HTTPTestClient {
     private var closed = false
 
     /// Connects to `host:port` (numeric IPv4); receives time out after `timeout` seconds.
-    public init(host: String = "127.0.0.1", port: Int, timeout: Double = 5) throws {
+    /// `source` binds the local end to that address first (any of 127.0.0.0/8 works on
+    /// loopback), so a test can be several clients as the server counts them.
+    public init(host: String = "127.0.0.1", port: Int, timeout: Double = 5, source: String? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HTTPTestClientError(description: "socket: errno \(errno)") }
         var time = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
@@ -42,6 +44,21 @@ public final class HTTPTestClient {
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            inet_pton(AF_INET, source, &local.sin_addr)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard bound == 0 else {
+                let code = errno
+                Glibc.close(fd)
+                throw HTTPTestClientError(description: "bind \(source): errno \(code)")
+            }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)

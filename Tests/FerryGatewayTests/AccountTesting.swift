@@ -1,0 +1,323 @@
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+// What the account tests share: a database migrated with `sql/ferry` and a gateway that
+// logs in to it as the real `ferry_gateway` role (so grants and Row Level Security are
+// exercised as in production), a JSON client over real HTTP, and the account steps of
+// PROTOCOL.md as functions.
+
+// MARK: - A migrated database
+
+/// A fresh test database migrated with Ferry's own SQL, with a superuser connection for
+/// seeding and inspecting rows, and the URL the gateway logs in with.
+struct AccountsDatabase: Sendable {
+    /// The database (dropped after the test).
+    let database: TestDatabase
+    /// A superuser connection: sees every row, bypasses Row Level Security.
+    let admin: PostgresClient
+    /// The database's URL with `ferry_gateway` as the user (the cluster trusts loopback).
+    let gatewayURL: String
+
+    /// Creates and migrates a database, runs `body`, drops the database.
+    static func with<T>(_ body: (AccountsDatabase) async throws -> T) async throws -> T {
+        try await TestDatabase.with(prefix: "ferry_accounts") { database in
+            let admin = try await database.connect()
+            do {
+                try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(admin)
+                let accounts = AccountsDatabase(
+                    database: database, admin: admin, gatewayURL: try Self.url(database.url, user: "ferry_gateway"))
+                let value = try await body(accounts)
+                await admin.close()
+                return value
+            } catch {
+                await admin.close()
+                throw error
+            }
+        }
+    }
+
+    /// `url` with its user replaced (and no password: the test cluster trusts loopback).
+    static func url(_ url: String, user: String) throws -> String {
+        guard var components = URLComponents(string: url), components.scheme?.hasPrefix("postgres") == true else {
+            throw AccountsTestError("\(TestDatabase.environmentVariable) must be a postgresql:// URL for these tests")
+        }
+        components.user = user
+        components.password = nil
+        guard let replaced = components.string else { throw AccountsTestError("cannot rewrite \(url)") }
+        return replaced
+    }
+
+    /// A new connection logged in as `ferry_gateway`, as the gateway's own are.
+    func connectAsGateway(applicationName: String = "ferry-tests") async throws -> PostgresClient {
+        try await PostgresClient.connect(
+            PostgresConfiguration(gatewayURL, applicationName: applicationName, connectTimeoutMilliseconds: 5_000))
+    }
+
+    /// Every row of `sql` as text cells, read as the superuser.
+    func rows(_ sql: String, _ parameters: [String?] = []) async throws -> [[String?]] {
+        try await admin.query(sql, parameters).rows.map(\.values)
+    }
+
+    /// The single value `sql` returns, read as the superuser.
+    func value(_ sql: String, _ parameters: [String?] = []) async throws -> String? {
+        let result = try await admin.query(sql, parameters)
+        try #require(result.count == 1, "expected one row from: \(sql)")
+        return result[0, 0]
+    }
+
+    // MARK: Synced rows
+
+    /// Creates `notes` the way `ferry.register_table(..., 'lww')` will (owner in the
+    /// primary key, a `_deleted` tombstone, RLS on the owner, grants to the request
+    /// role) and registers it: until `register_table` exists, by hand.
+    func createNotes() async throws {
+        try await admin.execute(
+            """
+            create table public.notes (
+                id text, user_id uuid not null, body text, _deleted boolean not null default false,
+                primary key (user_id, id)
+            );
+            alter table public.notes enable row level security;
+            alter table public.notes force row level security;
+            create policy notes_owner on public.notes
+                using (user_id = (select ferry.uid())) with check (user_id = (select ferry.uid()));
+            grant select, insert, update, delete on public.notes to ferry_client;
+            insert into ferry.synced_tables (table_name, strategy, owner_column) values ('public.notes', 'lww', 'user_id');
+            """)
+    }
+
+    /// Inserts notes owned by `owner`: `(id, body)` live, or tombstones when `deleted`.
+    func seedNotes(owner: String, _ notes: [(id: String, body: String)], deleted: Bool = false) async throws {
+        for note in notes {
+            _ = try await admin.query(
+                "insert into public.notes (id, user_id, body, _deleted) values ($1, $2, $3, $4)",
+                [note.id, owner, note.body, deleted ? "true" : "false"])
+        }
+    }
+
+    /// Every note as `[user_id, id, body, _deleted]`, in key order.
+    func notes() async throws -> [[String?]] {
+        try await rows("select user_id::text, id, body, _deleted::text from public.notes order by user_id, id")
+    }
+
+    /// Notes of one owner as `[id, body, _deleted]`, by id.
+    func notes(of owner: String) async throws -> [[String?]] {
+        try await rows(
+            "select id, body, _deleted::text from public.notes where user_id = $1 order by id", [owner])
+    }
+
+    // MARK: Accounts
+
+    /// The account tables as they stand: users, sessions (with revocation), refresh tokens.
+    func accountState() async throws -> [[String?]] {
+        let users = try await rows("select 'user', id::text, email, password_hash from ferry.users order by id")
+        let sessions = try await rows(
+            """
+            select 'session', id::text, user_id::text, device_id, (revoked_at is not null)::text
+            from ferry.sessions order by id
+            """)
+        let tokens = try await rows(
+            "select 'refresh', token_hash, session_id::text, (used_at is not null)::text from ferry.refresh_tokens order by 2"
+        )
+        return users + sessions + tokens
+    }
+
+    /// Whether the user has a row in `ferry.users`.
+    func userExists(_ id: String) async throws -> Bool {
+        try await value("select exists (select from ferry.users where id = $1)", [id]) == "t"
+    }
+}
+
+/// A test set-up problem, said plainly.
+struct AccountsTestError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+// MARK: - A gateway on it
+
+/// A gateway logged in as `ferry_gateway` to a migrated database.
+struct AccountsGateway: Sendable {
+    let database: AccountsDatabase
+    let gateway: Gateway
+    let port: Int
+}
+
+/// Creates a migrated database, starts a gateway on it as `ferry_gateway` (with
+/// `arguments` added to the test defaults), runs `body`, stops and drops both.
+func withAccountsGateway<T>(
+    arguments: [String] = [], createNotes: Bool = false, _ body: (AccountsGateway) async throws -> T
+) async throws -> T {
+    try await AccountsDatabase.with { database in
+        if createNotes { try await database.createNotes() }
+        return try await withStartedGateway(databaseURL: database.gatewayURL, arguments: arguments) { gateway, port in
+            try await body(AccountsGateway(database: database, gateway: gateway, port: port))
+        }
+    }
+}
+
+// MARK: - JSON over HTTP
+
+/// A response with its body read as a JSON object (when it is one).
+struct APIResponse: Sendable {
+    let raw: HTTPTestResponse
+
+    var status: Int { raw.status }
+    func header(_ name: String) -> String? { raw.header(name) }
+
+    /// The body as a JSON object, or nil.
+    var object: [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: Data(raw.body), options: [.fragmentsAllowed])) as? [String: Any]
+    }
+
+    /// The value at a path of object keys.
+    func value(_ path: String...) -> Any? {
+        var current: Any? = object
+        for key in path { current = (current as? [String: Any])?[key] }
+        return current
+    }
+
+    func string(_ path: String...) -> String? {
+        var current: Any? = object
+        for key in path { current = (current as? [String: Any])?[key] }
+        return current as? String
+    }
+
+    /// `error.code` of a PROTOCOL error body.
+    var code: String? { string("error", "code") }
+    /// `error.retryable` of a PROTOCOL error body.
+    var retryable: Bool? { value("error", "retryable") as? Bool }
+    /// Whether `key` is present with a JSON null.
+    func isNull(_ path: String...) -> Bool {
+        var current: Any? = object
+        for key in path.dropLast() { current = (current as? [String: Any])?[key] }
+        guard let last = path.last, let container = current as? [String: Any], let found = container[last] else {
+            return false
+        }
+        return found is NSNull
+    }
+}
+
+extension APIResponse: CustomStringConvertible {
+    var description: String { "\(status) \(raw.text)" }
+}
+
+/// Runs blocking work (sockets, child processes) off Swift's cooperative threads, which
+/// parallel tests share: a test blocked in `recv` must not stall the others.
+func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+    }
+}
+
+/// Sends one request on a fresh connection and reads its answer. `json` is encoded
+/// as the body; `source` is the client's address (127.0.0.0/8).
+func call(
+    _ method: String, _ path: String, port: Int, token: String? = nil, json: [String: Any]? = nil,
+    headers: [(String, String)] = [], source: String? = nil
+) async throws -> APIResponse {
+    var all = headers
+    if let token { all.append(("Authorization", "Bearer \(token)")) }
+    var body: [UInt8] = []
+    if let json {
+        body = Array(try JSONSerialization.data(withJSONObject: json))
+        all.append(("Content-Type", "application/json"))
+    }
+    let headers = all
+    let bytes = body
+    let raw = try await offload {
+        let client = try HTTPTestClient(port: port, timeout: 15, source: source)
+        defer { client.close() }
+        return try client.request(method, path, headers: headers, body: bytes)
+    }
+    return APIResponse(raw: raw)
+}
+
+// MARK: - The account steps
+
+/// What a client holds after signing up or in.
+struct TestSession: Sendable {
+    let userID: String
+    let accessToken: String
+    let refreshToken: String
+    let deviceID: String
+
+    /// The session id (`sid`) inside the access token.
+    var sessionID: String { claims["sid"] as? String ?? "" }
+
+    /// The access token's claims, decoded without checking the signature.
+    var claims: [String: Any] { decodeClaims(accessToken) }
+}
+
+/// The payload of a JWT, decoded without checking anything.
+func decodeClaims(_ token: String) -> [String: Any] {
+    let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+    guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
+        let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+    else { return [:] }
+    return object
+}
+
+extension AccountsGateway {
+    func call(
+        _ method: String, _ path: String, token: String? = nil, json: [String: Any]? = nil,
+        headers: [(String, String)] = [], source: String? = nil
+    ) async throws -> APIResponse {
+        try await FerryGatewayTests.call(
+            method, path, port: port, token: token, json: json, headers: headers, source: source)
+    }
+
+    /// `POST /v1/auth/anonymous`, required to answer 201.
+    func signUpAnonymous(device: String = UUID().uuidString.lowercased()) async throws -> TestSession {
+        let response = try await call("POST", "/v1/auth/anonymous", json: ["device_id": device])
+        try #require(response.status == 201, "anonymous sign-up: \(response)")
+        return try session(from: response, device: device)
+    }
+
+    /// `POST /v1/auth/link` with `email` and `password`.
+    func link(_ session: TestSession, email: String, password: String) async throws -> APIResponse {
+        try await call(
+            "POST", "/v1/auth/link", token: session.accessToken, json: ["email": email, "password": password])
+    }
+
+    /// An email account: an anonymous sign-up on its own device, linked to `email`.
+    func emailAccount(_ email: String, password: String = "correct horse battery") async throws -> TestSession {
+        let anonymous = try await signUpAnonymous()
+        let linked = try await link(anonymous, email: email, password: password)
+        try #require(linked.status == 200, "link: \(linked)")
+        return anonymous
+    }
+
+    /// `POST /v1/auth/signin`, with the device's anonymous session as Bearer when given.
+    func signIn(
+        email: String, password: String, device: String = UUID().uuidString.lowercased(), bearer: String? = nil,
+        resolve: String? = nil, source: String? = nil
+    ) async throws -> APIResponse {
+        var body: [String: Any] = ["email": email, "password": password, "device_id": device]
+        if let resolve { body["resolve"] = resolve }
+        return try await call("POST", "/v1/auth/signin", token: bearer, json: body, source: source)
+    }
+
+    /// `GET /v1/auth/user` with `token`.
+    func me(_ token: String) async throws -> APIResponse {
+        try await call("GET", "/v1/auth/user", token: token)
+    }
+
+    /// `POST /v1/auth/refresh`.
+    func refresh(_ refreshToken: String) async throws -> APIResponse {
+        try await call("POST", "/v1/auth/refresh", json: ["refresh_token": refreshToken])
+    }
+
+    /// The session in a `{"user", "session"}` answer.
+    func session(from response: APIResponse, device: String) throws -> TestSession {
+        TestSession(
+            userID: try #require(response.string("user", "id"), "no user.id in \(response)"),
+            accessToken: try #require(response.string("session", "access_token"), "no access_token in \(response)"),
+            refreshToken: try #require(response.string("session", "refresh_token"), "no refresh_token in \(response)"),
+            deviceID: device)
+    }
+}
