@@ -32,7 +32,7 @@ import Testing
     func runScript(arguments: [String], timeout: Double = 90) async throws -> (status: Int32, output: String) {
         let outputFile = FileManager.default.temporaryDirectory
             .appendingPathComponent("ferry-lifecycle-\(UUID().uuidString).log")
-        FileManager.default.createFile(atPath: outputFile.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: outputFile) }
         let python = Self.python
         let status = try await offload { () -> Int32 in
