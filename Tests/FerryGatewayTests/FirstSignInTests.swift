@@ -161,8 +161,12 @@ import Testing
                 "select 1 from public.notes where user_id = $1 for update", [accounts.cloud.userID])
 
             async let answer = signIn(harness, accounts, resolve: "keep_device")
+            // Bounded by time as well as count: on a loaded machine the password check
+            // before the merge can take seconds.
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(10)
             var merging: String?
-            for _ in 0..<100 where merging == nil {
+            for _ in 0..<400 where merging == nil && clock.now < deadline {
                 merging = try await database.admin.query(
                     """
                     select pid::text from pg_stat_activity
