@@ -143,7 +143,8 @@ private struct SignInAnswer: Encodable {
 
 /// `{"user": {…}}`, written by hand: `GET /v1/auth/user` is the cheapest authenticated
 /// request, and `JSONEncoder` cost about 14 % of the gateway's CPU time on it (perf,
-/// bench/auth.sh); the same fields, in the same order, as ``UserBody``'s `Encodable` form.
+/// bench/auth.sh). The same fields as ``UserBody``'s `Encodable` form, in its order
+/// (`JSONEncoder` on Linux does not keep any).
 private struct UserOnly {
     var user: UserBody
 
