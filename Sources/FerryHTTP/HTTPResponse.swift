@@ -89,10 +89,11 @@ public struct HTTPResponse: Sendable {
     }
 }
 
-/// JSON string literals written straight into a byte buffer.
-enum JSONString {
+/// JSON string literals written straight into a byte buffer: for small, hot bodies
+/// where `JSONEncoder` would cost more than the rest of the request.
+public enum JSONString {
     /// Appends `string` as a quoted JSON string, escaping what RFC 8259 requires.
-    static func append(_ string: String, to bytes: inout [UInt8]) {
+    public static func append(_ string: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         for byte in string.utf8 {
             switch byte {

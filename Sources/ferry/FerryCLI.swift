@@ -4,7 +4,10 @@ import Foundation
 @main
 enum FerryCLI {
     static var commands: [any Command.Type] {
-        [ServeCommand.self, DevCommand.self, MigrateCommand.self, DatabaseCommand.self, VersionCommand.self]
+        [
+            ServeCommand.self, DevCommand.self, MigrateCommand.self, CleanupAnonymousCommand.self,
+            DatabaseCommand.self, VersionCommand.self,
+        ]
     }
 
     static func main() {
@@ -41,8 +44,9 @@ enum FerryCLI {
     static func printHelp() {
         var text = "ferry: a sync gateway for offline-first apps, on PostgreSQL\n\n"
         text += "usage: ferry <command> [options]\n\ncommands:\n"
+        let width = commands.map { $0.name.count }.max()! + 2
         for command in commands {
-            text += "  " + command.name.padding(toLength: 10, withPad: " ", startingAt: 0) + command.summary + "\n"
+            text += "  " + command.name.padding(toLength: width, withPad: " ", startingAt: 0) + command.summary + "\n"
         }
         text += "\nRun 'ferry <command> --help' for a command's options and environment variables."
         printLine(text)

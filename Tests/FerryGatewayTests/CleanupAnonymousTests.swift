@@ -1,0 +1,175 @@
+import FerryGateway
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// `ferry cleanup-anonymous`, the built binary, against a database migrated with `sql/ferry`
+/// and connecting as `ferry_gateway`, as an operator's cron job would.
+@Suite struct CleanupAnonymousTests {
+    /// What the binary printed and how it ended.
+    struct Run {
+        var status: Int32
+        var output: String
+        var errors: String
+        var lines: [String] { output.split(separator: "\n").map(String.init) }
+    }
+
+    /// Runs `ferry cleanup-anonymous <arguments>`; output goes to files (a pipe nobody
+    /// drains could stall it), read once it exited.
+    func cleanup(_ arguments: [String], databaseURL: String) async throws -> Run {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("ferry-cleanup-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let outputFile = directory.appendingPathComponent("stdout")
+        let errorFile = directory.appendingPathComponent("stderr")
+        _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
+        let output = try FileHandle(forWritingTo: outputFile)
+        let errors = try FileHandle(forWritingTo: errorFile)
+        defer {
+            try? output.close()
+            try? errors.close()
+        }
+
+        let process = Process()
+        process.executableURL = try ferryExecutable()
+        process.arguments = ["cleanup-anonymous"] + arguments
+        process.environment = ["PATH": "/usr/bin:/bin", "FERRY_DATABASE_URL": databaseURL]
+        process.standardOutput = output
+        process.standardError = errors
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            process.terminationHandler = { _ in continuation.resume() }
+            do {
+                try process.run()
+            } catch {
+                process.terminationHandler = nil
+                continuation.resume(throwing: error)
+            }
+        }
+        return Run(
+            status: process.terminationStatus, output: try String(contentsOf: outputFile, encoding: .utf8),
+            errors: try String(contentsOf: errorFile, encoding: .utf8))
+    }
+
+    /// The test database's URL with `ferry_gateway` as the user: the cleanup functions
+    /// are granted to it, and the test cluster trusts loopback logins.
+    func gatewayURL(_ database: TestDatabase) throws -> String {
+        var components = try #require(URLComponents(string: database.url), "FERRY_TEST_DATABASE_URL must be a URL")
+        components.user = "ferry_gateway"
+        components.password = nil
+        return try #require(components.string)
+    }
+
+    /// 2,500 anonymous users last seen 40 to 60 days ago, 1,000 seen 1 to 29 days ago, one
+    /// linked user last seen 400 days ago; each with a session and two rows in `notes`, a
+    /// synced table. `stale_users` remembers who should go.
+    func withPopulatedDatabase(_ body: (TestDatabase, PostgresClient) async throws -> Void) async throws {
+        try await TestDatabase.with(prefix: "ferry_cleanup") { database in
+            let client = try await database.connect()
+            do {
+                try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(client)
+                _ = try await client.execute(
+                    """
+                    create table notes (id text, user_id uuid not null, _deleted boolean not null default false,
+                        primary key (user_id, id));
+                    insert into ferry.synced_tables (table_name, strategy, owner_column) values ('notes', 'lww', 'user_id');
+                    insert into ferry.users (last_seen_at)
+                        select now() - make_interval(days => 40 + n % 21) from generate_series(1, 2500) n;
+                    create table stale_users as select id from ferry.users;
+                    insert into ferry.users (last_seen_at)
+                        select now() - make_interval(days => 1 + n % 29) from generate_series(1, 1000) n;
+                    insert into ferry.users (email, password_hash, last_seen_at)
+                        values ('linked@example.com', 'not-a-real-hash', now() - interval '400 days');
+                    insert into ferry.sessions (user_id, device_id) select id, gen_random_uuid()::text from ferry.users;
+                    insert into notes (id, user_id) select 'n' || n, u.id from ferry.users u, generate_series(1, 2) n;
+                    """)
+                try await body(database, client)
+            } catch {
+                await client.close()
+                throw error
+            }
+            await client.close()
+        }
+    }
+
+    func count(_ client: PostgresClient, _ sql: String) async throws -> Int {
+        try #require(Int(try await client.query(sql)[0, 0] ?? ""))
+    }
+
+    @Test func deletesAnonymousUsersInactiveLongerThanTheLimitWithTheirRowsInBatches() async throws {
+        try await withPopulatedDatabase { database, client in
+            let run = try await cleanup(["--inactive-days", "30", "--batch", "700"], databaseURL: gatewayURL(database))
+            #expect(run.status == 0, "stderr: \(run.errors)")
+            #expect(
+                run.lines == [
+                    "deleted 700 anonymous users (700 so far)",
+                    "deleted 700 anonymous users (1400 so far)",
+                    "deleted 700 anonymous users (2100 so far)",
+                    "deleted 400 anonymous users (2500 so far)",
+                    "done: deleted 2500 anonymous users not seen for more than 30 days",
+                ])
+            #expect(run.errors.isEmpty)
+
+            #expect(try await count(client, "select count(*) from ferry.users where id in (table stale_users)") == 0)
+            #expect(try await count(client, "select count(*) from notes where user_id in (table stale_users)") == 0)
+            #expect(
+                try await count(client, "select count(*) from ferry.sessions where user_id in (table stale_users)") == 0
+            )
+            // The recent anonymous users and the linked one stay, rows and sessions too.
+            #expect(try await count(client, "select count(*) from ferry.users where email is null") == 1000)
+            #expect(try await count(client, "select count(*) from ferry.users where email = 'linked@example.com'") == 1)
+            #expect(try await count(client, "select count(*) from notes") == 2 * 1001)
+            #expect(try await count(client, "select count(*) from ferry.sessions") == 1001)
+
+            let again = try await cleanup(["--inactive-days", "30"], databaseURL: gatewayURL(database))
+            #expect(again.status == 0, "stderr: \(again.errors)")
+            #expect(again.lines == ["done: deleted 0 anonymous users not seen for more than 30 days"])
+            #expect(try await count(client, "select count(*) from ferry.users") == 1001)
+        }
+    }
+
+    @Test func dryRunPrintsTheCountAndChangesNothing() async throws {
+        try await withPopulatedDatabase { database, client in
+            let run = try await cleanup(["--inactive-days", "30", "--dry-run"], databaseURL: gatewayURL(database))
+            #expect(run.status == 0, "stderr: \(run.errors)")
+            #expect(
+                run.lines == [
+                    "dry run: would delete 2500 anonymous users not seen for more than 30 days; nothing changed"
+                ])
+            #expect(try await count(client, "select count(*) from ferry.users") == 3501)
+            #expect(try await count(client, "select count(*) from notes") == 2 * 3501)
+
+            // The limit is in days: 50 leaves out those seen 40 to 50 days ago.
+            let longer = try await cleanup(["--inactive-days", "50", "--dry-run"], databaseURL: gatewayURL(database))
+            let expected = try await count(
+                client,
+                "select count(*) from ferry.users where email is null and last_seen_at < now() - interval '50 days'")
+            #expect(expected > 0 && expected < 2500)
+            #expect(
+                longer.lines == [
+                    "dry run: would delete \(expected) anonymous users not seen for more than 50 days; nothing changed"
+                ])
+        }
+    }
+
+    @Test(arguments: [
+        (["--inactive-days", "0"], "invalid --inactive-days: 0 is not a whole number in 1...36500"),
+        (["--inactive-days", "30", "--batch", "0"], "invalid --batch: 0 is not a whole number in 1...100000"),
+        (
+            ["--inactive-days", "30", "--batch", "100001"],
+            "invalid --batch: 100001 is not a whole number in 1...100000"
+        ),
+        (["--inactive-days", "many"], "invalid --inactive-days: many is not a whole number in 1...36500"),
+        (["--batch", "10"], "missing setting: pass --inactive-days"),
+    ])
+    func invalidSettingsAreOneLineAndExitStatus2(arguments: [String], message: String) async throws {
+        // Nothing listens on port 1: settings are checked before any connection.
+        let run = try await cleanup(arguments, databaseURL: "postgresql://nobody@127.0.0.1:1/none")
+        #expect(run.status == 2)
+        #expect(run.output.isEmpty)
+        #expect(run.errors.split(separator: "\n").count == 1)
+        #expect(run.errors.hasPrefix("ferry cleanup-anonymous: \(message)"))
+    }
+}
