@@ -165,6 +165,18 @@ private struct UserOnly {
     }
 }
 
+extension HTTPResponder {
+    /// The value of `result`, or nil once its error has been answered.
+    fileprivate func success<T>(of result: Result<T, APIError>) -> T? {
+        switch result {
+        case .success(let value): return value
+        case .failure(let error):
+            respond(error.response)
+            return nil
+        }
+    }
+}
+
 // MARK: - Routes
 
 /// PROTOCOL.md's Accounts section: anonymous sign-up, who am I, refresh, link,
@@ -211,11 +223,7 @@ struct AccountRoutes {
         if case .denied(let retryAfter) = accounts.anonymousSignUps.admit(clientKey(request)) {
             return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter).response)
         }
-        let body: DeviceRequest
-        switch RequestBody.decode(DeviceRequest.self, from: request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let decoded): body = decoded
-        }
+        guard let body = responder.success(of: RequestBody.decode(DeviceRequest.self, from: request)) else { return }
         guard let device = deviceID(body.deviceID) else {
             return responder.respond(APIError.invalidRequest("device_id must be a UUID").response)
         }
@@ -243,11 +251,7 @@ struct AccountRoutes {
     private static func currentUser(
         _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
     ) {
-        let identity: Identity
-        switch accounts.authenticate(request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let caller): identity = caller
-        }
+        guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement(
             "select user_id, email from ferry.current_account()", preparedName: "ferry_current_account")
         worker.run(as: identity, [statement]) { result in
@@ -271,11 +275,7 @@ struct AccountRoutes {
     private static func refresh(
         _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
     ) {
-        let body: RefreshRequest
-        switch RequestBody.decode(RefreshRequest.self, from: request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let decoded): body = decoded
-        }
+        guard let body = responder.success(of: RequestBody.decode(RefreshRequest.self, from: request)) else { return }
         let newToken = RefreshToken.generate()
         let statement = PostgresStatement(
             "select status, user_id, session_id, device_id, email from ferry.refresh_session($1, $2)",
@@ -327,16 +327,8 @@ struct AccountRoutes {
     private static func link(
         _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
     ) {
-        let identity: Identity
-        switch accounts.authenticate(request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let caller): identity = caller
-        }
-        let body: Credentials
-        switch RequestBody.decode(Credentials.self, from: request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let decoded): body = decoded
-        }
+        guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
+        guard let body = responder.success(of: RequestBody.decode(Credentials.self, from: request)) else { return }
         guard identity.isAnonymous else {
             return responder.respond(alreadyLinked.response)
         }
@@ -390,11 +382,7 @@ struct AccountRoutes {
     private static func signIn(
         _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
     ) {
-        let body: SignInRequest
-        switch RequestBody.decode(SignInRequest.self, from: request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let decoded): body = decoded
-        }
+        guard let body = responder.success(of: RequestBody.decode(SignInRequest.self, from: request)) else { return }
         guard let device = deviceID(body.deviceID) else {
             return responder.respond(APIError.invalidRequest("device_id must be a UUID").response)
         }
@@ -487,11 +475,7 @@ struct AccountRoutes {
     private static func signOut(
         _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
     ) {
-        let identity: Identity
-        switch accounts.authenticate(request) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let caller): identity = caller
-        }
+        guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement("select ferry.sign_out()", preparedName: "ferry_sign_out")
         worker.run(as: identity, [statement]) { result in
             guard case .success = result else { return responder.respond(failure(result, accounts).response) }
@@ -513,10 +497,8 @@ struct AccountRoutes {
     ) {
         // A retry after a lost answer carries a token whose session the deletion revoked:
         // the database, not the cache, decides (a deleted user answers 204 again).
-        let identity: Identity
-        switch accounts.authenticate(request, checkRevocation: false) {
-        case .failure(let error): return responder.respond(error.response)
-        case .success(let caller): identity = caller
+        guard let identity = responder.success(of: accounts.authenticate(request, checkRevocation: false)) else {
+            return
         }
         guard case .success(let body) = RequestBody.decode(DeleteRequest.self, from: request),
             body.confirm == "DELETE"
