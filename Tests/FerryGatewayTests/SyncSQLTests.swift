@@ -542,11 +542,12 @@ import Testing
                 mutation(5, "profiles", "delete", ["user_id": a]),
                 mutation(6, "tasks", "insert", ["id": "t-2", "parent_id": "t-1", "title": "child of alice's"]),
             ])
-            // A's row is invisible to B: writing its key collides with it (a constraint), deleting
-            // it finds nothing. Tables keyed by their owner avoid even that collision.
+            // A's row is invisible to B: an upsert of its key meets it under RLS (forbidden), an
+            // insert collides with it (a constraint), a delete finds nothing. Tables keyed by
+            // their owner avoid even that collision.
             #expect(
                 answer.outcomes == [
-                    "rejected:constraint_violation", "rejected:constraint_violation", "applied", "rejected:forbidden",
+                    "rejected:forbidden", "rejected:constraint_violation", "applied", "rejected:forbidden",
                     "rejected:forbidden", "applied",
                 ], "\(answer)")
             #expect(
@@ -617,6 +618,43 @@ import Testing
                 try await client.query("update ferry.devices set last_mutation_id = 0")
             }
             await client.close()
+        }
+    }
+
+    // MARK: - Schema
+
+    @Test func tableSchemaListsWhatTheCallerMayReadWithClientVisibleColumns() async throws {
+        try await withTables { database, a in
+            // A registered table the request role lost SELECT on is left out.
+            try await database.admin.execute(
+                """
+                create table public.hidden (id int primary key, user_id uuid);
+                select ferry.register_table('hidden', 'lww');
+                revoke select on public.hidden from ferry_client;
+                """)
+            let client = try await database.connectAsClient(user: a)
+            let text = try #require(try await client.query("select ferry.table_schema()")[0, 0])
+            await client.close()
+            let object = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+            let tables = try #require(object?["tables"] as? [[String: Any]], "\(text)")
+            #expect(
+                tables.compactMap { $0["name"] as? String } == [
+                    "achievements", "active_game", "daily_puzzles", "game_records", "profiles", "subscriptions",
+                    "tasks",
+                ])
+            let game = try #require(tables.first { $0["name"] as? String == "active_game" })
+            #expect(game["strategy"] as? String == "device_lock")
+            #expect(game["owner"] as? String == "user_id")
+            #expect(game["key"] as? [String] == ["user_id", "slot"])
+            let columns = (game["columns"] as? [[String: String]])?.map { [$0["name"] ?? "", $0["type"] ?? ""] }
+            #expect(
+                columns == [
+                    ["user_id", "uuid"], ["slot", "text"], ["digits", "text"],
+                    ["updated_at", "timestamp with time zone"],
+                ])
+            let puzzles = try #require(tables.first { $0["name"] as? String == "daily_puzzles" })
+            #expect(puzzles["owner"] is NSNull)
+            #expect(puzzles["strategy"] as? String == "shared")
         }
     }
 }

@@ -20,6 +20,7 @@
 --   ferry.push(jsonb)        POST /v1/push as one statement: the whole batch, one transaction,
 --                            one round trip. SECURITY INVOKER, run as ferry_client, so RLS on
 --                            the synced tables is what enforces ownership.
+--   ferry.table_schema()     the body of GET /v1/schema, as the caller (ferry_client).
 --
 -- Every identifier that reaches SQL text is either a regclass (whose text form is quoted)
 -- or passed through format('%I'), and the column names come from the catalog, checked
@@ -273,24 +274,40 @@ $$;
 -- A batch that is not an array of objects with non-negative integer ids raises 22023
 -- (the gateway answers 400 invalid_request); anything wrong inside one mutation rejects
 -- that mutation only. Each mutation runs in its own subtransaction, so a failed write
--- is undone alone and the batch goes on. Errors that are not the mutation's fault
+-- is undone alone and the batch goes on (PostgreSQL keeps 64 subtransaction ids per
+-- backend in shared memory; batches with more writes than that still work, with the
+-- usual cost of an overflowed subtransaction cache). Errors that are not the mutation's fault
 -- (deadlock, serialization, connection) abort the whole batch: the client retries it.
 --
 -- Decisions where PROTOCOL.md is silent:
 --   - ids are compared with the device's last mutation id as the batch proceeds, so an id
 --     not above an earlier one in the same batch is a duplicate too;
---   - a mutation without a table, op or row/key object, or with an unknown op, is
---     rejected invalid_row;
+--   - "table" is a synced table's bare name (no schema; register_table keeps names
+--     unique); a missing or unknown one is unknown_table;
+--   - a mutation without an op or a row/key object, or with an unknown op, is rejected
+--     invalid_row; so are values that do not cast to the column's type (any data
+--     exception) and a key column missing or null;
+--   - unknown_column also covers Ferry's internal columns (_stamp, _deleted, _lock_*)
+--     and generated columns; a delete's key may name only key columns and the owner;
+--   - integrity errors (check, foreign key, unique, not null) are constraint_violation;
+--     a Row Level Security refusal is forbidden (e.g. an lww upsert of a key that another
+--     user's row holds, in a table whose key does not include the owner);
 --   - "the same row" for insert means every column the mutation gives equals the stored
---     value; an insert onto a tombstone revives it (merge of the given columns), except
---     in insert_only tables (immutable);
+--     value; this holds for every strategy, so an lww insert of a different row under a
+--     live key is immutable too. An insert onto a tombstone revives it (merge of the given
+--     columns), except in insert_only tables (immutable);
 --   - set: inserting a live member again is duplicate whatever its other columns;
 --     upsert is treated as insert; insert_only: upsert is insert, delete is immutable;
 --   - the owner given as JSON null counts as omitted; updated_at in a row is dropped;
 --   - lock_not_held: the row's _lock_device names another device (a row nobody holds
 --     is writable; claiming locks is the locks endpoint's job).
+--
+-- No fixed search_path, unlike the SECURITY DEFINER functions: push runs with the caller's
+-- own privileges, so a path could only mislead the caller itself, and every name below is
+-- qualified; but an operator's triggers on a synced table run inside push and may rely on
+-- the session's path (public).
 create function ferry.push(p_mutations jsonb) returns jsonb
-language plpgsql set search_path = ''
+language plpgsql
 as $$
 declare
     v_user uuid := ferry.uid();
@@ -340,12 +357,13 @@ begin
     -- strategy, owner, primary key, the columns a client may write, the key match.
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
             'oid', c.oid::bigint, 'strategy', s.strategy, 'owner', s.owner_column,
-            'key', k.names, 'match', k.match, 'columns', cols.names))
+            'key', k.names, 'key_list', k.list, 'match', k.match, 'columns', cols.names))
         into v_tables
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         cross join lateral (
             select pg_catalog.jsonb_agg(a.attname order by p.position) as names,
+                pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by p.position) as list,
                 pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', a.attname), ' and ' order by p.position)
                     as match
             from pg_catalog.pg_index i
@@ -452,6 +470,20 @@ begin
             end if;
             v_given := array(select pg_catalog.jsonb_object_keys(v_row));
 
+            -- lww upsert, the common write: one statement. (A key owned by another user is
+            -- invisible, so it conflicts under RLS: forbidden.)
+            if v_op = 'upsert' and v_strategy = 'lww' then
+                v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
+                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
+                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                execute pg_catalog.format(
+                    'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
+                        ' on conflict (%s) do update set %s_deleted = false',
+                    v_rel, v_list_sql, v_list_sql, v_rel, v_table ->> 'key_list', coalesce(v_sets || ', ', ''))
+                    using v_row;
+                exit mutation;
+            end if;
+
             -- The row under this key as the caller sees it, locked: whether it is a
             -- tombstone and who holds its lock; for an insert also the stored row and the
             -- given one as the table's types make them, to compare. Casting the values here
@@ -527,11 +559,45 @@ $$;
 comment on function ferry.push(jsonb) is
     'POST /v1/push as one statement, run as ferry_client: exactly-once by the device''s last_mutation_id; {"last_mutation_id", "results"}';
 
+-- MARK: - Schema
+
+-- GET /v1/schema: {"tables": [{"name", "strategy", "key": [...], "owner": column or null,
+-- "columns": [{"name", "type"}, ...]}, ...]}, every registered table the caller may read,
+-- by name; columns in table order with their PostgreSQL types (format_type), without
+-- Ferry's internal ones (_stamp, _deleted, _lock_*). updated_at is listed: pull sends it.
+create function ferry.table_schema() returns jsonb
+language sql stable
+as $$
+    select pg_catalog.jsonb_build_object('tables', coalesce(pg_catalog.jsonb_agg(t.entry order by t.name), '[]'))
+    from (
+        select c.relname as name, pg_catalog.jsonb_build_object(
+            'name', c.relname, 'strategy', s.strategy, 'owner', s.owner_column,
+            'key', (
+                select pg_catalog.jsonb_agg(a.attname order by p.position)
+                from pg_catalog.pg_index i
+                cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as p(attnum, position)
+                join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = p.attnum
+                where i.indrelid = c.oid and i.indisprimary),
+            'columns', (
+                select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                    'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod)) order by a.attnum)
+                from pg_catalog.pg_attribute a
+                where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
+                    and a.attname not in ('_stamp', '_deleted', '_lock_device', '_lock_heartbeat_at'))
+        ) as entry
+        from ferry.synced_tables s
+        join pg_catalog.pg_class c on c.oid = s.table_name
+        where pg_catalog.has_table_privilege(s.table_name, 'select')
+    ) t;
+$$;
+
 -- MARK: - Grants
 
 revoke all on function
     ferry.stamp_row(), ferry.register_table(regclass, text, name, jsonb), ferry.lock_device(),
-    ferry.advance_device(bigint), ferry.push(jsonb)
+    ferry.advance_device(bigint), ferry.push(jsonb), ferry.table_schema()
 from public;
 
-grant execute on function ferry.lock_device(), ferry.advance_device(bigint), ferry.push(jsonb) to ferry_client;
+grant execute on function
+    ferry.lock_device(), ferry.advance_device(bigint), ferry.push(jsonb), ferry.table_schema()
+to ferry_client;
