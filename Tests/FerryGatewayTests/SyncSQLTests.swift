@@ -5,7 +5,7 @@ import Testing
 
 @testable import FerryGateway
 
-/// `sql/ferry/0004_sync_tables_and_push.sql`: `ferry.register_table` and `ferry.push`,
+/// `sql/ferry/0005_sync_tables_and_push.sql`: `ferry.register_table` and `ferry.push`,
 /// against a real PostgreSQL, with every push run as `ferry_client` the way the gateway
 /// runs it (identity statement and `select ferry.push(…)` in one pipeline).
 @Suite struct SyncSQLTests {

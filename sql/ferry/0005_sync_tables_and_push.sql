@@ -1,4 +1,4 @@
--- 0004_sync_tables_and_push: registering a table for sync, and the exactly-once push.
+-- 0005_sync_tables_and_push: registering a table for sync, and the exactly-once push.
 --
 -- Adds
 --   ferry.stamp_row()        the one row trigger function of every synced table: each insert
