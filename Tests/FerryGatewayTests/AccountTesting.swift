@@ -132,6 +132,76 @@ struct AccountsDatabase: Sendable {
     }
 }
 
+// MARK: - Requests as SQL
+
+extension AccountsDatabase {
+    /// A new account row (anonymous), made as the superuser; returns its id.
+    func newUser() async throws -> String {
+        try #require(try await value("insert into ferry.users default values returning id::text"))
+    }
+
+    /// A connection logged in as `ferry_gateway` that runs statements as `user` on `device`,
+    /// the way the gateway does: the identity statement and the work in one pipeline.
+    func connectAsClient(user: String, device: String = "device-1") async throws -> RequestConnection {
+        RequestConnection(client: try await connectAsGateway(), user: user, device: device)
+    }
+}
+
+/// Statements run as one user's device: each in its own implicit transaction, switched to
+/// `ferry_client` with `ferry.user_id` and `ferry.device_id` set, as the gateway runs them.
+struct RequestConnection: Sendable {
+    let client: PostgresClient
+    let user: String
+    let device: String
+
+    var identity: Identity {
+        Identity(userID: user, sessionID: UUID().uuidString.lowercased(), deviceID: device, isAnonymous: true)
+    }
+
+    /// Runs `sql` as this user and device.
+    @discardableResult
+    func query(_ sql: String, _ parameters: [String?] = []) async throws -> PostgresResult {
+        try await client.pipeline([identity.statement, PostgresStatement(sql, parameters)])[1]
+    }
+
+    /// `ferry.push` with `{"mutations": mutations}`.
+    func push(_ mutations: [[String: Any]]) async throws -> PushAnswer {
+        let body = String(decoding: try JSONSerialization.data(withJSONObject: ["mutations": mutations]), as: UTF8.self)
+        return try PushAnswer(try await query("select ferry.push($1::jsonb)", [body])[0, 0])
+    }
+
+    func close() async { await client.close() }
+}
+
+/// What `ferry.push` answered: `{"last_mutation_id", "results"}`.
+struct PushAnswer: Sendable, CustomStringConvertible {
+    let lastMutationID: Int
+    /// Each result as `status`, or `rejected:<code>`, in order.
+    let outcomes: [String]
+    /// Each result's id, in order.
+    let ids: [Int]
+    /// Each rejection's message, by mutation id.
+    let messages: [Int: String]
+    let description: String
+
+    init(_ text: String?) throws {
+        let data = Data(try #require(text, "push returned null").utf8)
+        let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any], "not an object")
+        lastMutationID = try #require(object["last_mutation_id"] as? Int, "no last_mutation_id in \(text ?? "")")
+        let results = try #require(object["results"] as? [[String: Any]], "no results in \(text ?? "")")
+        outcomes = results.map { result in
+            let status = result["status"] as? String ?? "?"
+            return status == "rejected" ? "rejected:\(result["code"] as? String ?? "?")" : status
+        }
+        ids = results.map { $0["id"] as? Int ?? -1 }
+        messages = Dictionary(
+            results.compactMap { result in
+                (result["message"] as? String).map { (result["id"] as? Int ?? -1, $0) }
+            }, uniquingKeysWith: { first, _ in first })
+        description = text ?? ""
+    }
+}
+
 /// A test set-up problem, said plainly.
 struct AccountsTestError: Error, CustomStringConvertible {
     let description: String
