@@ -76,3 +76,15 @@ enum RequestBody {
         codingPath.map(\.stringValue).joined(separator: ".")
     }
 }
+
+extension HTTPResponder {
+    /// The value of `result`, or nil once its error has been answered.
+    func success<T>(of result: Result<T, APIError>) -> T? {
+        switch result {
+        case .success(let value): return value
+        case .failure(let error):
+            respond(error.response)
+            return nil
+        }
+    }
+}

@@ -68,6 +68,12 @@ final class Accounts: Sendable {
 
     static let sessionRevoked = APIError(status: 401, code: "session_revoked", message: "the session was revoked")
 
+    /// Logs a failed database call and returns what the client is told.
+    func databaseFailure(_ error: PostgresError) -> APIError {
+        logger.log(.error, "database error", ["error": error.description])
+        return .database(error)
+    }
+
     /// A session body for a user's new tokens.
     func session(userID: UUID, sessionID: UUID, deviceID: String, isAnonymous: Bool, refreshToken: String)
         -> SessionBody
@@ -162,18 +168,6 @@ private struct UserOnly {
         }
         body.append(contentsOf: "}}".utf8)
         return .json(bytes: body)
-    }
-}
-
-extension HTTPResponder {
-    /// The value of `result`, or nil once its error has been answered.
-    fileprivate func success<T>(of result: Result<T, APIError>) -> T? {
-        switch result {
-        case .success(let value): return value
-        case .failure(let error):
-            respond(error.response)
-            return nil
-        }
     }
 }
 
@@ -548,7 +542,6 @@ struct AccountRoutes {
             accounts.logger.log(.error, "unexpected answer from the database")
             return .unexpected
         }
-        accounts.logger.log(.error, "database error", ["error": error.description])
-        return .database(error)
+        return accounts.databaseFailure(error)
     }
 }

@@ -62,6 +62,7 @@ public final class Gateway: Sendable {
         let accounts = Accounts(configuration: configuration, logger: logger)
         self.accounts = accounts
         let accountRoutes = AccountRoutes(accounts: accounts)
+        let syncRoutes = SyncRoutes(accounts: accounts, maxPushMutations: configuration.maxPushMutations)
         server = HTTPServer(
             configuration: http, group: group,
             observer: { loop in workers.first { $0.loop === loop }!.value },
@@ -70,6 +71,7 @@ public final class Gateway: Sendable {
                 let worker = workers.first { $0.loop === loop }!.value
                 routes.register(in: &router, worker: worker)
                 accountRoutes.register(in: &router, worker: worker)
+                syncRoutes.register(in: &router, worker: worker)
                 return router
             })
     }

@@ -29,6 +29,8 @@ public struct GatewayConfiguration: Sendable {
     public var statementTimeoutMilliseconds: Int
     /// Largest request body accepted, bytes.
     public var maxBodyBytes: Int
+    /// Most mutations accepted in one push.
+    public var maxPushMutations: Int
     /// Seconds a client has to send a request's headers.
     public var headerTimeoutSeconds: Int
     /// Seconds an idle keep-alive connection stays open.
@@ -72,6 +74,9 @@ public struct GatewayConfiguration: Sendable {
             "max-body-bytes", env: "FERRY_MAX_BODY_BYTES", default: "1048576",
             help: "largest request body accepted (larger: 413)"),
         Setting(
+            "max-push-mutations", env: "FERRY_MAX_PUSH_MUTATIONS", default: "1000",
+            help: "most mutations in one push (more: 413)"),
+        Setting(
             "header-timeout", env: "FERRY_HEADER_TIMEOUT", default: "10",
             help: "seconds a client has to send a request's headers"),
         Setting(
@@ -114,6 +119,7 @@ public struct GatewayConfiguration: Sendable {
         poolSize = try values.integer("pool-size", in: 1...1000)!
         statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
         maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!
+        maxPushMutations = try values.integer("max-push-mutations", in: 1...1_000_000)!
         headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!
         idleTimeoutSeconds = try values.integer("idle-timeout", in: 1...86_400)!
         shutdownTimeoutSeconds = try values.integer("shutdown-timeout", in: 0...3600)!
