@@ -36,7 +36,7 @@ enum CleanupAnonymousCommand: Command {
         let batch = try values.integer("batch", in: 1...100_000)!
         let dryRun = values.isOn("dry-run")
         return try runBlocking {
-            let client = try await connect(url)
+            let client = try await connectToDatabase(url, applicationName: "ferry-cleanup-anonymous")
             do {
                 if dryRun {
                     try await countInactive(client, days: days)
@@ -97,21 +97,6 @@ enum CleanupAnonymousCommand: Command {
         return url
     }
 
-    /// Connects; a failure says where it tried (never the password).
-    private static func connect(_ url: String) async throws -> PostgresClient {
-        let configuration = try PostgresConfiguration(url, applicationName: "ferry-cleanup-anonymous")
-        do {
-            return try await PostgresClient.connect(configuration)
-        } catch {
-            let parameters = configuration.parameters
-            let place =
-                "\(parameters["host"] ?? "localhost"):\(parameters["port"] ?? "5432")/\(parameters["dbname"] ?? "")"
-            let message = error.message.split(whereSeparator: \.isNewline).map {
-                $0.trimmingCharacters(in: .whitespaces)
-            }
-            throw CleanupError("cannot connect to \(place): \(message.joined(separator: " "))")
-        }
-    }
 }
 
 /// Why a cleanup run stopped; printed as one line after `ferry cleanup-anonymous: `.

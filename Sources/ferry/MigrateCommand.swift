@@ -69,25 +69,9 @@ enum MigrateCommand: Command {
         return url
     }
 
-    /// Connects as the migrating role; a failure says where it tried (never the password).
-    static func connect(_ url: String) async throws -> PostgresClient {
-        let configuration = try PostgresConfiguration(url, applicationName: "ferry-migrate")
-        do {
-            return try await PostgresClient.connect(configuration)
-        } catch {
-            let parameters = configuration.parameters
-            let place =
-                "\(parameters["host"] ?? "localhost"):\(parameters["port"] ?? "5432")/\(parameters["dbname"] ?? "")"
-            let message = error.message.split(whereSeparator: \.isNewline).map {
-                $0.trimmingCharacters(in: .whitespaces)
-            }
-            throw MigrationError("cannot connect to \(place): \(message.joined(separator: " "))")
-        }
-    }
-
     /// Connects, runs `body`, and closes the connection however `body` ends.
     static func withClient<Value>(_ url: String, _ body: (PostgresClient) async throws -> Value) async throws -> Value {
-        let client = try await connect(url)
+        let client = try await connectToDatabase(url, applicationName: "ferry-migrate")
         do {
             let value = try await body(client)
             await client.close()
