@@ -72,6 +72,7 @@ public final class Gateway: Sendable {
                 routes.register(in: &router, worker: worker)
                 accountRoutes.register(in: &router, worker: worker)
                 syncRoutes.register(in: &router, worker: worker)
+                LockRoutes(accounts: accounts).register(in: &router, worker: worker)
                 return router
             })
     }

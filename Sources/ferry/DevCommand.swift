@@ -19,14 +19,14 @@ enum DevCommand: Command {
     static let settings: [Setting] =
         DatabaseCommand.developmentDatabaseSettings + [
             Setting("listen", env: "FERRY_LISTEN", default: "127.0.0.1:8080", help: "address to serve HTTP on"),
-            Setting("example", default: "puzzle", help: "example app whose migrations to apply (puzzle)"),
+            Setting("example", default: "puzzle", help: "example app whose migrations to apply (puzzle or tasks)"),
             Setting(
                 "sql-root", env: "FERRY_SQL_ROOT", default: "sql",
                 help: "directory holding ferry/ and examples/, relative to the current directory"),
         ]
 
-    /// The example apps `--example` accepts; `tasks` joins when sql/examples/tasks exists.
-    static let examples = ["puzzle"]
+    /// The example apps `--example` accepts (directories under sql/examples).
+    static let examples = ["puzzle", "tasks"]
 
     static func run(_ values: SettingValues) throws -> Int32 {
         let example = try values.choice("example", examples)!

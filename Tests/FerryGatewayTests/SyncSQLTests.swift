@@ -160,9 +160,20 @@ import Testing
                 select string_agg(p, ',' order by p) from unnest(array['select', 'insert', 'update', 'delete']) p
                 where has_table_privilege('ferry_client', $1::regclass, p)
                 """
-            for table in ["profiles", "game_records", "achievements", "active_game", "tasks"] {
+            for table in ["profiles", "game_records", "achievements", "tasks"] {
                 #expect(try await database.value(privileges, [table]) == "delete,insert,select,update", "\(table)")
             }
+            // device_lock (0007_locks): INSERT and UPDATE by column, never of the lock columns.
+            #expect(try await database.value(privileges, ["active_game"]) == "delete,select")
+            let columnPrivileges = """
+                select string_agg(attname || ':' || (select coalesce(string_agg(p, '' order by p), '') from unnest(array['a', 'w']) p
+                    where has_column_privilege('ferry_client', attrelid, attname,
+                        case p when 'a' then 'insert' else 'update' end)), ',' order by attnum)
+                from pg_attribute where attrelid = 'active_game'::regclass and attnum > 0 and not attisdropped
+                """
+            #expect(
+                try await database.value(columnPrivileges)
+                    == "user_id:aw,slot:aw,digits:aw,_stamp:,_deleted:w,updated_at:,_lock_device:,_lock_heartbeat_at:")
             for table in ["subscriptions", "daily_puzzles"] {
                 #expect(try await database.value(privileges, [table]) == "select", "\(table)")
             }

@@ -1,0 +1,229 @@
+-- 0007_locks: device locks on device_lock tables (PROTOCOL.md "Locks"), and lock columns
+-- a client cannot write.
+--
+-- Adds
+--   ferry.claim_lock(table, key, force)   POST /v1/locks/<table>/<key>/claim
+--   ferry.heartbeat_lock(table, key)      POST …/heartbeat
+--   ferry.release_lock(table, key)        POST …/release
+--       Granted to ferry_client; SECURITY DEFINER (they write _lock_device, which the
+--       request role may not), acting only on the caller's row: owner = ferry.uid(),
+--       holder = ferry.device_id(). Each returns {"status": …, …}:
+--         ok          {"holder", "heartbeat_at"} (release: just the status)
+--         lock_held   claim: another device holds a fresh lock; {"holder", "heartbeat_age_ms"}
+--         lock_lost   heartbeat: this device does not hold it (any more); {"holder"}
+--         not_found   no device_lock table of that name
+--         invalid     the key does not cast to the key column's type, or claiming could
+--                     not create the row (a non-key column without a default); {"message"}
+--       The lock is the row, keyed (owner, <key column>) with <key> cast to that
+--       column's type. Claim creates it when missing (owner = caller, other columns at
+--       their defaults) and succeeds when it is free, held by this device, stale (the
+--       heartbeat older than options->>'stale_seconds' of ferry.synced_tables, default
+--       30), or forced. Heartbeat times are the server's clock (now()). Every claim,
+--       heartbeat and release updates the row, so its _stamp moves and the other devices
+--       see the row again on their next pull (the realtime cue comes with issue 4's cue
+--       trigger). A claim on a tombstone keeps it a tombstone: the holder's upsert revives it.
+--   ferry.register_table()  now also, for device_lock tables, replaces ferry_client's
+--       table-wide INSERT and UPDATE by column grants without _lock_device,
+--       _lock_heartbeat_at, _stamp and updated_at (and INSERT without _deleted): a client
+--       cannot fake holding a lock even with SQL run as ferry_client. _deleted stays
+--       updatable because push, which runs as ferry_client, writes tombstones with it.
+--       The 0005 body is kept under the name ferry.register_table_0005 and called first.
+--       A column added to such a table later needs register_table again to be writable.
+--       Tables registered as device_lock before this migration get the same grants here.
+--
+-- Not closed here: a ferry_client session can still UPDATE a row's own columns while
+-- another device holds its lock (the lock_not_held check lives in ferry.push, which the
+-- gateway is the only caller of).
+
+-- MARK: - Lock columns a client cannot write
+
+alter function ferry.register_table(regclass, text, name, jsonb) rename to register_table_0005;
+
+-- The column grants of a device_lock table for ferry_client (see the header).
+create function ferry.restrict_lock_columns(p_table regclass) returns void
+language plpgsql set search_path = ''
+as $$
+declare
+    v_update text;
+    v_insert text;
+begin
+    select pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by a.attnum),
+            pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by a.attnum)
+                filter (where a.attname <> '_deleted')
+        into v_update, v_insert
+        from pg_catalog.pg_attribute a
+        where a.attrelid = p_table and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+            and a.attname not in ('_stamp', 'updated_at', '_lock_device', '_lock_heartbeat_at');
+    execute pg_catalog.format('revoke insert, update on %s from ferry_client', p_table);
+    execute pg_catalog.format('grant insert (%s) on %s to ferry_client', v_insert, p_table);
+    execute pg_catalog.format('grant update (%s) on %s to ferry_client', v_update, p_table);
+end
+$$;
+
+create function ferry.register_table(
+    p_table regclass, strategy text, owner_column name default 'user_id', options jsonb default '{}'
+) returns void
+language plpgsql set search_path = '' set client_min_messages = warning
+as $$
+begin
+    -- 0005's table-wide revoke takes every column grant of an earlier registration with it.
+    perform ferry.register_table_0005(p_table, $2, $3, $4);
+    if $2 = 'device_lock' then
+        perform ferry.restrict_lock_columns(p_table);
+    end if;
+end
+$$;
+
+comment on function ferry.register_table(regclass, text, name, jsonb) is
+    'Makes a table synced with a strategy (lww, insert_only, set, device_lock, readonly, shared): sync columns, stamp trigger, (owner, _stamp) index, RLS, grants to ferry_client (column grants without the lock columns for device_lock), registry row. Idempotent.';
+
+select ferry.restrict_lock_columns(s.table_name) from ferry.synced_tables s where s.strategy = 'device_lock';
+
+-- MARK: - The lock row
+
+-- Finds the device_lock table named p_table (bare name, as push names tables) and its
+-- key column. Null rel when there is none.
+create function ferry.lock_table(
+    p_table text, out rel regclass, out owner_column name, out key_column name, out key_type text,
+    out stale_seconds numeric
+)
+language plpgsql stable security definer set search_path = ''
+as $$
+begin
+    select s.table_name, s.owner_column, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod),
+            coalesce((s.options ->> 'stale_seconds')::numeric, 30)
+        into rel, owner_column, key_column, key_type, stale_seconds
+        from ferry.synced_tables s
+        join pg_catalog.pg_class c on c.oid = s.table_name
+        join pg_catalog.pg_index i on i.indrelid = c.oid and i.indisprimary
+        join pg_catalog.pg_attribute a on a.attrelid = c.oid and a.attnum = any (i.indkey)
+        where s.strategy = 'device_lock' and c.relname = p_table and a.attname <> s.owner_column;
+    if ferry.uid() is null or ferry.device_id() is null then
+        raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
+    end if;
+end
+$$;
+
+-- The ok answer of claim and heartbeat.
+create function ferry.lock_answer(p_holder text, p_at timestamptz) returns jsonb
+language sql immutable set search_path = ''
+as $$
+    select pg_catalog.jsonb_build_object('status', 'ok', 'holder', p_holder,
+        'heartbeat_at', pg_catalog.to_char(p_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
+$$;
+
+-- MARK: - Claim, heartbeat, release
+
+create function ferry.claim_lock(p_table text, p_key text, p_force boolean default false) returns jsonb
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_user uuid := ferry.uid();
+    v_device text := ferry.device_id();
+    v_lock record;
+    v_select text;
+    v_found boolean;
+    v_holder text;
+    v_at timestamptz;
+    v_now timestamptz := pg_catalog.now();
+begin
+    select * into v_lock from ferry.lock_table(p_table);
+    if v_lock.rel is null then
+        return pg_catalog.jsonb_build_object('status', 'not_found',
+            'message', pg_catalog.format('%s is not a device_lock table', pg_catalog.to_json(p_table)));
+    end if;
+    v_select := pg_catalog.format('select true, t._lock_device, t._lock_heartbeat_at from %s t where t.%I = $1 and t.%I = $2::%s for update',
+        v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type);
+    begin
+        execute v_select into v_found, v_holder, v_at using v_user, p_key;
+        if v_found is null then
+            -- Missing: made free (a concurrent claim's insert wins the race, then is read).
+            execute pg_catalog.format('insert into %s (%I, %I) values ($1, $2::%s) on conflict do nothing',
+                v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) using v_user, p_key;
+            execute v_select into v_found, v_holder, v_at using v_user, p_key;
+        end if;
+    exception
+        when data_exception or integrity_constraint_violation then
+            return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
+    end;
+
+    if v_holder is not null and v_holder <> v_device and not coalesce(p_force, false)
+        and v_at > v_now - pg_catalog.make_interval(secs => v_lock.stale_seconds)
+    then
+        return pg_catalog.jsonb_build_object('status', 'lock_held', 'holder', v_holder,
+            'heartbeat_age_ms', pg_catalog.floor(extract(epoch from v_now - v_at) * 1000)::bigint);
+    end if;
+    execute pg_catalog.format('update %s t set _lock_device = $3, _lock_heartbeat_at = $4 where t.%I = $1 and t.%I = $2::%s',
+        v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) using v_user, p_key, v_device, v_now;
+    return ferry.lock_answer(v_device, v_now);
+end
+$$;
+
+create function ferry.heartbeat_lock(p_table text, p_key text) returns jsonb
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_user uuid := ferry.uid();
+    v_device text := ferry.device_id();
+    v_lock record;
+    v_holder text;
+    v_now timestamptz := pg_catalog.now();
+begin
+    select * into v_lock from ferry.lock_table(p_table);
+    if v_lock.rel is null then
+        return pg_catalog.jsonb_build_object('status', 'not_found',
+            'message', pg_catalog.format('%s is not a device_lock table', pg_catalog.to_json(p_table)));
+    end if;
+    begin
+        execute pg_catalog.format('select t._lock_device from %s t where t.%I = $1 and t.%I = $2::%s for update',
+            v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) into v_holder using v_user, p_key;
+    exception
+        when data_exception then
+            return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
+    end;
+    if v_holder is distinct from v_device then
+        return pg_catalog.jsonb_build_object('status', 'lock_lost', 'holder', v_holder);
+    end if;
+    execute pg_catalog.format('update %s t set _lock_heartbeat_at = $3 where t.%I = $1 and t.%I = $2::%s',
+        v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) using v_user, p_key, v_now;
+    return ferry.lock_answer(v_device, v_now);
+end
+$$;
+
+-- Releasing a lock this device does not hold changes nothing and is not an error.
+create function ferry.release_lock(p_table text, p_key text) returns jsonb
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_lock record;
+begin
+    select * into v_lock from ferry.lock_table(p_table);
+    if v_lock.rel is null then
+        return pg_catalog.jsonb_build_object('status', 'not_found',
+            'message', pg_catalog.format('%s is not a device_lock table', pg_catalog.to_json(p_table)));
+    end if;
+    begin
+        execute pg_catalog.format(
+            'update %s t set _lock_device = null, _lock_heartbeat_at = null where t.%I = $1 and t.%I = $2::%s and t._lock_device = $3',
+            v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type)
+            using ferry.uid(), p_key, ferry.device_id();
+    exception
+        when data_exception then
+            return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
+    end;
+    return pg_catalog.jsonb_build_object('status', 'ok');
+end
+$$;
+
+-- MARK: - Grants
+
+revoke all on function
+    ferry.register_table_0005(regclass, text, name, jsonb), ferry.register_table(regclass, text, name, jsonb),
+    ferry.restrict_lock_columns(regclass),
+    ferry.lock_table(text), ferry.lock_answer(text, timestamptz),
+    ferry.claim_lock(text, text, boolean), ferry.heartbeat_lock(text, text), ferry.release_lock(text, text)
+from public;
+
+grant execute on function
+    ferry.claim_lock(text, text, boolean), ferry.heartbeat_lock(text, text), ferry.release_lock(text, text)
+to ferry_client;
