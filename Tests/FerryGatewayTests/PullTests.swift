@@ -106,6 +106,9 @@ import Testing
                     select 'i-' || pg_catalog.lpad(n::text, 2, '0'), '\(alice.userID)' from generate_series(1, 25) n;
                 insert into public.puzzles select n, 'g' from generate_series(1, 3) n;
                 """)
+            // In progress when the first page takes its snapshot, committed after it.
+            let open = try await server.database.database.connect()
+            _ = try await open.execute("begin; update public.items set title = 'late' where id = 'i-25'")
             var seen: [String] = []
             var cursor: String?
             var pages = 0
@@ -119,9 +122,10 @@ import Testing
                 pages += 1
                 if pages == 1 {
                     // Between pages: one row already sent and one not yet sent change, one is new.
+                    _ = try await open.execute("commit")
                     try await server.database.admin.execute(
                         """
-                        update public.items set title = 'late' where id in ('i-01', 'i-25');
+                        update public.items set title = 'late' where id = 'i-01';
                         insert into public.items (id, user_id) values ('i-26', '\(alice.userID)');
                         """)
                 }
@@ -138,6 +142,7 @@ import Testing
             #expect(
                 next.upserts("items").allSatisfy { $0["title"] as? String == "late" || $0["id"] as? String == "i-26" })
             #expect(next.hasMore == false)
+            await open.close()
         }
     }
 
@@ -180,6 +185,85 @@ import Testing
             #expect(bobsNext.tables.isEmpty && bobsNext.lastMutationID == 0, "\(bobsNext.response)")
         }
     }
+
+    /// Three writers commit 300 small transactions on 40 keys (upserts and tombstones, held
+    /// open a few milliseconds so commits come out of order) while a puller loops with a
+    /// small limit; once they stop, a last pass brings the puller's merged state to the table's.
+    @Test func concurrentWritersAndALoopingPullerEndInTheSameState() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            let owner = alice.userID
+            let done = DoneFlag()
+            let database = server.database.database
+            async let writers: Void = withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<3 {
+                    group.addTask {
+                        let connection = try await database.connect()
+                        var random = SystemRandomNumberGenerator()
+                        for transaction in 0..<100 {
+                            // Rows in key order, so two writers never deadlock.
+                            let keys = Set(
+                                (0..<Int.random(in: 1...3, using: &random)).map { _ in
+                                    Int.random(in: 0..<40, using: &random)
+                                }
+                            ).sorted()
+                            var sql = "begin;"
+                            for key in keys {
+                                let id = "r-\(key)"
+                                if Int.random(in: 0..<4, using: &random) == 0 {
+                                    sql += "update public.items set _deleted = true where id = '\(id)';"
+                                } else {
+                                    sql += """
+                                        insert into public.items (id, user_id, title) values ('\(id)', '\(owner)', 'w\(writer)-\(transaction)')
+                                            on conflict (id) do update set title = excluded.title, _deleted = false;
+                                        """
+                                }
+                            }
+                            sql +=
+                                "select pg_catalog.pg_sleep(\(Double(Int.random(in: 0...4, using: &random)) / 1000)); commit;"
+                            _ = try await connection.execute(sql)
+                        }
+                        await connection.close()
+                    }
+                }
+                try await group.waitForAll()
+                await done.set()
+            }
+
+            var state: [String: String?] = [:]
+            var cursor: String?
+            var pulls = 0
+            let deadline = Date().addingTimeInterval(20)
+            var finalPass = false
+            while Date() < deadline {
+                let writersDone = await done.value
+                let page = try await server.pull(alice, cursor: cursor, limit: 7)
+                try #require(page.status == 200, "\(page.response)")
+                pulls += 1
+                for row in page.upserts("items") {
+                    state[row["id"] as? String ?? "?"] = .some(row["title"] as? String)
+                }
+                for key in page.deletes("items") { state[key["id"] as? String ?? "?"] = nil }
+                cursor = page.cursor
+                if page.hasMore == true { continue }
+                // A pass that began after the writers stopped and reached has_more: false.
+                if finalPass { break }
+                if writersDone { finalPass = true }
+            }
+            try await writers
+            #expect(finalPass, "the puller did not finish within 20 s")
+            let live = try await server.database.rows(
+                "select id, title from public.items where not _deleted order by id")
+            let expected = Dictionary(uniqueKeysWithValues: live.map { ($0[0] ?? "", $0[1]) })
+            #expect(state == expected, "after \(pulls) pulls")
+        }
+    }
+}
+
+/// Set once the writers have committed everything.
+actor DoneFlag {
+    private(set) var value = false
+    func set() { value = true }
 }
 
 // MARK: - Helpers
