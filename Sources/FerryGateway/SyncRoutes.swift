@@ -67,7 +67,7 @@ struct SyncRoutes {
                 }
                 limit = value
             }
-            var raw: String?
+            var raw: String?  // ferry.pull's cursor text; nil for a first load
             if let cursor = request.queryParameter("cursor"), !cursor.isEmpty {
                 guard let opened = cursors.open(cursor, for: identity) else {
                     return responder.respond(APIError.invalidCursor.response)
@@ -88,8 +88,8 @@ struct SyncRoutes {
                     body.append(contentsOf: cursors.seal(cursor, for: identity).utf8)
                     body.append(contentsOf: #""}"#.utf8)
                     responder.respond(.json(bytes: body))
-                case .failure(let error) where error.sqlState == "22P02" || error.sqlState == "22023":
-                    // Only a cursor we sealed reaches SQL, so this is a cursor ferry.pull cannot read.
+                case .failure(let error) where raw != nil && (error.sqlState == "22P02" || error.sqlState == "22023"):
+                    // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
                     responder.respond(APIError.invalidCursor.response)
                 case .failure(let error):
                     responder.respond(accounts.databaseFailure(error).response)
