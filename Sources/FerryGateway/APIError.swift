@@ -28,6 +28,10 @@ struct APIError: Error {
         APIError(status: 400, code: "invalid_json", message: message)
     }
 
+    /// `400 invalid_cursor`: a pull cursor that does not parse or verify.
+    static let invalidCursor = APIError(
+        status: 400, code: "invalid_cursor", message: "the cursor is not one this server issued; pull without it")
+
     static func unauthorized(_ message: String) -> APIError {
         APIError(status: 401, code: "unauthorized", message: message)
     }

@@ -62,7 +62,9 @@ public final class Gateway: Sendable {
         let accounts = Accounts(configuration: configuration, logger: logger)
         self.accounts = accounts
         let accountRoutes = AccountRoutes(accounts: accounts)
-        let syncRoutes = SyncRoutes(accounts: accounts, maxPushMutations: configuration.maxPushMutations)
+        let syncRoutes = SyncRoutes(
+            accounts: accounts, maxPushMutations: configuration.maxPushMutations,
+            cursors: PullCursorSealer(configuration: configuration))
         server = HTTPServer(
             configuration: http, group: group,
             observer: { loop in workers.first { $0.loop === loop }!.value },

@@ -1,12 +1,18 @@
 import FerryHTTP
 import FerryPostgres
 
-/// `POST /v1/push` and `GET /v1/schema`: each is the identity statement and one SQL
-/// function call in one pipeline; PostgreSQL builds the JSON answer and the gateway
-/// forwards its bytes.
+/// `POST /v1/push`, `GET /v1/pull` and `GET /v1/schema`: each is the identity statement
+/// and one SQL function call in one pipeline; PostgreSQL builds the JSON answer and the
+/// gateway forwards its bytes (pull's with the cursor sealed and spliced in).
 struct SyncRoutes {
+    /// Rows per pull answer when the client names no `limit`.
+    static let defaultPullLimit = 1000
+    /// The largest `limit` a pull accepts; more is `400 invalid_request`.
+    static let maximumPullLimit = 5000
+
     let accounts: Accounts
     let maxPushMutations: Int
+    let cursors: PullCursorSealer
 
     /// Adds the routes for one loop; handlers use that loop's `worker`.
     func register(in router: inout Router, worker: Worker) {
@@ -39,6 +45,52 @@ struct SyncRoutes {
                 case .failure(let error) where error.sqlState == "22023":
                     // ferry.push's own refusals of a malformed batch: their messages are for clients.
                     responder.respond(APIError.invalidRequest(error.message).response)
+                case .failure(let error):
+                    responder.respond(accounts.databaseFailure(error).response)
+                }
+            }
+        }
+        // ferry.pull runs in the statement's one snapshot (see 0006_pull.sql). The raw
+        // cursor comes apart from the rest of the body, so the gateway seals it and
+        // splices it in without parsing the JSON.
+        let pullSQL = """
+            select answer ->> 'cursor', (answer - 'cursor')::text from ferry.pull($1, $2::integer) answer
+            """
+        let cursors = self.cursors
+        router.get("/v1/pull") { request, responder in
+            guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
+            var limit = Self.defaultPullLimit
+            if let text = request.queryParameter("limit") {
+                guard let value = Int(text), (1...Self.maximumPullLimit).contains(value) else {
+                    return responder.respond(
+                        APIError.invalidRequest("limit must be an integer from 1 to \(Self.maximumPullLimit)").response)
+                }
+                limit = value
+            }
+            var raw: String?  // ferry.pull's cursor text; nil for a first load
+            if let cursor = request.queryParameter("cursor"), !cursor.isEmpty {
+                guard let opened = cursors.open(cursor, for: identity) else {
+                    return responder.respond(APIError.invalidCursor.response)
+                }
+                raw = opened
+            }
+            let pull = PostgresStatement(pullSQL, [raw, String(limit)], preparedName: "ferry_pull")
+            worker.run(as: identity, [pull]) { result in
+                switch result {
+                case .success(let results):
+                    guard let cursor = results[0].bytes(0, 0), var body = results[0].bytes(0, 1),
+                        body.last == UInt8(ascii: "}")
+                    else {
+                        return responder.respond(APIError.unexpected.response)
+                    }
+                    body.removeLast()
+                    body.append(contentsOf: #", "cursor": ""#.utf8)
+                    body.append(contentsOf: cursors.seal(cursor, for: identity).utf8)
+                    body.append(contentsOf: #""}"#.utf8)
+                    responder.respond(.json(bytes: body))
+                case .failure(let error) where raw != nil && (error.sqlState == "22P02" || error.sqlState == "22023"):
+                    // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
+                    responder.respond(APIError.invalidCursor.response)
                 case .failure(let error):
                     responder.respond(accounts.databaseFailure(error).response)
                 }

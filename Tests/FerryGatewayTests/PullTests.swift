@@ -1,0 +1,313 @@
+import FerryPostgres
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+/// `GET /v1/pull` over HTTP against ferry.pull in a migrated database, as `ferry_gateway`:
+/// first load, changes since a cursor, out-of-order commits, paging, cursor checks.
+@Suite struct PullTests {
+    static let tables = """
+        create table public.items (id text primary key, user_id uuid not null, title text);
+        select ferry.register_table('items', 'lww');
+        create table public.puzzles (day integer primary key, grid text);
+        select ferry.register_table('puzzles', 'shared');
+        """
+
+    func withTables(_ body: (AccountsGateway) async throws -> Void) async throws {
+        try await withAccountsGateway { server in
+            try await server.database.admin.execute(Self.tables)
+            try await body(server)
+        }
+    }
+
+    // MARK: - Behaviours
+
+    @Test func firstLoadReturnsOwnAndSharedRowsAndTheDevicesLastMutation() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            let bob = try await server.signUpAnonymous()
+            try await server.push(
+                alice, [(1, "upsert", ["id": "a-1", "title": "milk"]), (2, "upsert", ["id": "a-2"])])
+            try await server.push(bob, [(1, "upsert", ["id": "b-1", "title": "secret"])])
+            try await server.database.admin.execute("insert into public.puzzles values (1, 'g1'), (2, 'g2')")
+
+            let page = try await server.pull(alice)
+            #expect(page.status == 200, "\(page.response)")
+            #expect(page.upserts("items").map { $0["id"] as? String } == ["a-1", "a-2"])
+            #expect(page.upserts("puzzles").map { $0["day"] as? Int } == [1, 2])
+            #expect(page.lastMutationID == 2)
+            #expect(page.hasMore == false)
+            let row = page.upserts("items").first ?? [:]
+            #expect(Set(row.keys) == ["id", "user_id", "title", "updated_at"])
+            #expect(row["user_id"] as? String == alice.userID)
+
+            let bobs = try await server.pull(bob)
+            #expect(bobs.upserts("items").map { $0["id"] as? String } == ["b-1"])
+            #expect(bobs.lastMutationID == 1)
+        }
+    }
+
+    @Test func pullWithACursorReturnsExactlyTheChangesSinceAndThenNothing() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            try await server.push(
+                alice, [(1, "upsert", ["id": "a-1", "title": "milk"]), (2, "upsert", ["id": "a-2"])])
+            let first = try await server.pull(alice)
+            try await server.push(
+                alice,
+                [
+                    (3, "upsert", ["id": "a-1", "title": "oat milk"]), (4, "delete", ["id": "a-2"]),
+                    (5, "upsert", ["id": "a-3", "title": "eggs"]),
+                ])
+
+            let changes = try await server.pull(alice, cursor: first.cursor)
+            #expect(changes.status == 200, "\(changes.response)")
+            #expect(changes.upserts("items").map { $0["id"] as? String } == ["a-1", "a-3"])
+            #expect(changes.upserts("items").first?["title"] as? String == "oat milk")
+            #expect(changes.deletes("items").map { $0 as NSDictionary } == [["id": "a-2"] as NSDictionary])
+            #expect(changes.tables == ["items"])
+            #expect(changes.lastMutationID == 5)
+
+            let nothing = try await server.pull(alice, cursor: changes.cursor)
+            #expect(nothing.status == 200)
+            #expect(nothing.tables.isEmpty && nothing.hasMore == false, "\(nothing.response)")
+        }
+    }
+
+    @Test func pullAfterOutOfOrderCommitReturnsEarlierRow() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            let first = try await server.pull(alice)
+            let early = try await server.database.database.connect()
+            // A starts and writes first, and stays open; B writes and commits.
+            _ = try await early.execute(
+                "begin; insert into public.items (id, user_id) values ('a-early', '\(alice.userID)')")
+            try await server.database.admin.execute(
+                "insert into public.items (id, user_id) values ('b-late', '\(alice.userID)')")
+            let afterB = try await server.pull(alice, cursor: first.cursor)
+            #expect(afterB.upserts("items").map { $0["id"] as? String } == ["b-late"])
+
+            _ = try await early.execute("commit")
+            let afterA = try await server.pull(alice, cursor: afterB.cursor)
+            #expect(afterA.upserts("items").map { $0["id"] as? String } == ["a-early"], "\(afterA.response)")
+            let last = try await server.pull(alice, cursor: afterA.cursor)
+            #expect(last.tables.isEmpty)
+            await early.close()
+        }
+    }
+
+    @Test func pagingAcrossALargeTransactionNeverLosesOrRepeatsARow() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            try await server.database.admin.execute(
+                """
+                insert into public.items (id, user_id)
+                    select 'i-' || pg_catalog.lpad(n::text, 2, '0'), '\(alice.userID)' from generate_series(1, 25) n;
+                insert into public.puzzles select n, 'g' from generate_series(1, 3) n;
+                """)
+            // In progress when the first page takes its snapshot, committed after it.
+            let open = try await server.database.database.connect()
+            _ = try await open.execute("begin; update public.items set title = 'late' where id = 'i-25'")
+            var seen: [String] = []
+            var cursor: String?
+            var pages = 0
+            repeat {
+                let page = try await server.pull(alice, cursor: cursor, limit: 10)
+                #expect(page.status == 200, "\(page.response)")
+                #expect(page.rowCount <= 10)
+                seen += page.upserts("items").compactMap { $0["id"] as? String }
+                seen += page.upserts("puzzles").compactMap { ($0["day"] as? Int).map { "p-\($0)" } }
+                cursor = page.cursor
+                pages += 1
+                if pages == 1 {
+                    // Between pages: one row already sent and one not yet sent change, one is new.
+                    _ = try await open.execute("commit")
+                    try await server.database.admin.execute(
+                        """
+                        update public.items set title = 'late' where id = 'i-01';
+                        insert into public.items (id, user_id) values ('i-26', '\(alice.userID)');
+                        """)
+                }
+                if page.hasMore != true { break }
+            } while pages < 10
+            #expect(pages == 3)
+            #expect(Set(seen).count == seen.count, "repeated: \(seen)")
+            let all = Set((1...25).map { String(format: "i-%02d", $0) } + ["p-1", "p-2", "p-3"])
+            // i-25 changed after the pages' snapshot: it left the range and comes next.
+            #expect(Set(seen) == all.subtracting(["i-25"]), "\(seen)")
+
+            let next = try await server.pull(alice, cursor: cursor, limit: 10)
+            #expect(Set(next.upserts("items").compactMap { $0["id"] as? String }) == ["i-01", "i-25", "i-26"])
+            #expect(
+                next.upserts("items").allSatisfy { $0["title"] as? String == "late" || $0["id"] as? String == "i-26" })
+            #expect(next.hasMore == false)
+            await open.close()
+        }
+    }
+
+    @Test func badCursorsLimitsAndTokensAreRefused() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            let bob = try await server.signUpAnonymous()
+            try await server.push(alice, [(1, "upsert", ["id": "a-1"])])
+            let first = try await server.pull(alice)
+            let cursor = try #require(first.cursor)
+
+            let garbage = try await server.pull(alice, cursor: "not-a-cursor")
+            #expect(garbage.status == 400 && garbage.response.code == "invalid_cursor", "\(garbage.response)")
+            // Another snapshot in the payload, the old signature.
+            let parts = cursor.split(separator: ".")
+            let forged = Base64URL.encode(Array(#"{"since": "1:1:"}"#.utf8)) + "." + parts[1]
+            let tampered = try await server.pull(alice, cursor: forged)
+            #expect(tampered.status == 400 && tampered.response.code == "invalid_cursor")
+            let stolen = try await server.pull(bob, cursor: cursor)
+            #expect(stolen.status == 400 && stolen.response.code == "invalid_cursor")
+
+            for limit in ["0", "5001", "ten", "-1"] {
+                let response = try await server.call("GET", "/v1/pull?limit=\(limit)", token: alice.accessToken)
+                #expect(response.status == 400 && response.code == "invalid_request", "limit \(limit)")
+            }
+            let unauthenticated = try await server.call("GET", "/v1/pull")
+            #expect(unauthenticated.status == 401 && unauthenticated.code == "unauthorized")
+        }
+    }
+
+    @Test func aUserNeverPullsAnotherUsersRows() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            let bob = try await server.signUpAnonymous()
+            let bobsFirst = try await server.pull(bob)
+            try await server.push(alice, [(1, "upsert", ["id": "a-1"]), (2, "delete", ["id": "a-1"])])
+            try await server.database.admin.execute(
+                "insert into public.items (id, user_id) values ('a-2', '\(alice.userID)')")
+            let bobsNext = try await server.pull(bob, cursor: bobsFirst.cursor)
+            #expect(bobsNext.tables.isEmpty && bobsNext.lastMutationID == 0, "\(bobsNext.response)")
+        }
+    }
+
+    /// Three writers commit 300 small transactions on 40 keys (upserts and tombstones, held
+    /// open a few milliseconds so commits come out of order) while a puller loops with a
+    /// small limit; once they stop, a last pass brings the puller's merged state to the table's.
+    @Test func concurrentWritersAndALoopingPullerEndInTheSameState() async throws {
+        try await withTables { server in
+            let alice = try await server.signUpAnonymous()
+            let owner = alice.userID
+            let done = DoneFlag()
+            let database = server.database.database
+            async let writers: Void = withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<3 {
+                    group.addTask {
+                        let connection = try await database.connect()
+                        var random = SystemRandomNumberGenerator()
+                        for transaction in 0..<100 {
+                            // Rows in key order, so two writers never deadlock.
+                            let keys = Set(
+                                (0..<Int.random(in: 1...3, using: &random)).map { _ in
+                                    Int.random(in: 0..<40, using: &random)
+                                }
+                            ).sorted()
+                            var sql = "begin;"
+                            for key in keys {
+                                let id = "r-\(key)"
+                                if Int.random(in: 0..<4, using: &random) == 0 {
+                                    sql += "update public.items set _deleted = true where id = '\(id)';"
+                                } else {
+                                    sql += """
+                                        insert into public.items (id, user_id, title) values ('\(id)', '\(owner)', 'w\(writer)-\(transaction)')
+                                            on conflict (id) do update set title = excluded.title, _deleted = false;
+                                        """
+                                }
+                            }
+                            sql +=
+                                "select pg_catalog.pg_sleep(\(Double(Int.random(in: 0...4, using: &random)) / 1000)); commit;"
+                            _ = try await connection.execute(sql)
+                        }
+                        await connection.close()
+                    }
+                }
+                try await group.waitForAll()
+                await done.set()
+            }
+
+            var state: [String: String?] = [:]
+            var cursor: String?
+            var pulls = 0
+            let deadline = Date().addingTimeInterval(20)
+            var finalPass = false
+            while Date() < deadline {
+                let writersDone = await done.value
+                let page = try await server.pull(alice, cursor: cursor, limit: 7)
+                try #require(page.status == 200, "\(page.response)")
+                pulls += 1
+                for row in page.upserts("items") {
+                    state[row["id"] as? String ?? "?"] = .some(row["title"] as? String)
+                }
+                for key in page.deletes("items") { state[key["id"] as? String ?? "?"] = nil }
+                cursor = page.cursor
+                if page.hasMore == true { continue }
+                // A pass that began after the writers stopped and reached has_more: false.
+                if finalPass { break }
+                if writersDone { finalPass = true }
+            }
+            try await writers
+            #expect(finalPass, "the puller did not finish within 20 s")
+            let live = try await server.database.rows(
+                "select id, title from public.items where not _deleted order by id")
+            let expected = Dictionary(uniqueKeysWithValues: live.map { ($0[0] ?? "", $0[1]) })
+            #expect(state == expected, "after \(pulls) pulls")
+        }
+    }
+}
+
+/// Set once the writers have committed everything.
+actor DoneFlag {
+    private(set) var value = false
+    func set() { value = true }
+}
+
+// MARK: - Helpers
+
+/// A pull answer, decoded.
+struct PullPage {
+    let response: APIResponse
+
+    var status: Int { response.status }
+    var cursor: String? { response.string("cursor") }
+    var hasMore: Bool? { response.value("has_more") as? Bool }
+    var lastMutationID: Int? { response.value("last_mutation_id") as? Int }
+    var tables: [String] { ((response.value("changes") as? [String: Any])?.keys).map { $0.sorted() } ?? [] }
+    var rowCount: Int { tables.reduce(0) { $0 + upserts($1).count + deletes($1).count } }
+
+    func upserts(_ table: String) -> [[String: Any]] {
+        response.value("changes", table, "upserts") as? [[String: Any]] ?? []
+    }
+
+    func deletes(_ table: String) -> [[String: Any]] {
+        response.value("changes", table, "deletes") as? [[String: Any]] ?? []
+    }
+}
+
+extension AccountsGateway {
+    /// `GET /v1/pull` as `session`.
+    func pull(_ session: TestSession, cursor: String? = nil, limit: Int? = nil) async throws -> PullPage {
+        var query: [String] = []
+        if let cursor { query.append("cursor=\(cursor)") }
+        if let limit { query.append("limit=\(limit)") }
+        let path = "/v1/pull" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))
+        return PullPage(response: try await call("GET", path, token: session.accessToken))
+    }
+
+    /// `POST /v1/push` of `items` mutations as `session`, required to apply them all.
+    func push(_ session: TestSession, _ mutations: [(id: Int, op: String, row: [String: Any])]) async throws {
+        let body = mutations.map { mutation -> [String: Any] in
+            [
+                "id": mutation.id, "table": "items", "op": mutation.op,
+                (mutation.op == "delete" ? "key" : "row"): mutation.row,
+            ]
+        }
+        let response = try await call("POST", "/v1/push", token: session.accessToken, json: ["mutations": body])
+        let statuses = (response.value("results") as? [[String: Any]])?.map { $0["status"] as? String }
+        try #require(statuses == Array(repeating: "applied", count: mutations.count), "push: \(response)")
+    }
+}
