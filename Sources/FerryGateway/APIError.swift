@@ -32,6 +32,11 @@ struct APIError: Error {
     static let invalidCursor = APIError(
         status: 400, code: "invalid_cursor", message: "the cursor is not one this server issued; pull without it")
 
+    /// `409 cursor_expired`: tombstones the cursor has not seen may have been purged.
+    static let cursorExpired = APIError(
+        status: 409, code: "cursor_expired",
+        message: "the cursor is older than tombstone retention; drop local data and pull without a cursor")
+
     static func unauthorized(_ message: String) -> APIError {
         APIError(status: 401, code: "unauthorized", message: message)
     }

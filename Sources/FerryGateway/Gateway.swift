@@ -19,6 +19,8 @@ public final class Gateway: Sendable {
     private let server: HTTPServer
     private let listener: LoopBound<Listener>
     private let listenerStatus = ListenerStatus()
+    /// The in-process tombstone purge on loop 0, when configured.
+    private let purger: LoopBound<TombstonePurger>?
     let accounts: Accounts
 
     /// The channel database triggers notify; cues are the realtime issue's, the
@@ -31,9 +33,12 @@ public final class Gateway: Sendable {
     public init(configuration: GatewayConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        let database = try PostgresConfiguration(
+        var requestDatabase = try PostgresConfiguration(
             configuration.databaseURL, applicationName: "ferry",
             statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
+        // Every time the API returns is UTC, whatever TimeZone the server, database or role sets.
+        requestDatabase.timeZone = "UTC"
+        let database = requestDatabase
         let listenDatabase = try PostgresConfiguration(
             configuration.listenDatabaseURL, applicationName: "ferry-listener")
         let group = LoopGroup(count: configuration.threads)
@@ -48,6 +53,13 @@ public final class Gateway: Sendable {
         let workers = made.withLock { made in group.loops.indices.map { made[$0]! } }
         self.workers = workers
         let listenerLoop = group.loops[0]
+        purger = configuration.purgeTombstonesEverySeconds.map { every in
+            LoopBound(
+                unchecked: TombstonePurger(
+                    worker: workers[0], logger: logger, everySeconds: every,
+                    retentionSeconds: configuration.tombstoneRetentionSeconds),
+                loop: workers[0].loop)
+        }
         listener = LoopBound(
             unchecked: Listener(
                 loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel, Self.revocationChannel]),
@@ -108,6 +120,9 @@ public final class Gateway: Sendable {
             }
             connection.start()
         }
+        if let purger {
+            purger.loop.execute { purger.value.start() }
+        }
         return try server.start()
     }
 
@@ -139,6 +154,14 @@ public final class Gateway: Sendable {
         let deadline = ContinuousClock.now + .seconds(configuration.shutdownTimeoutSeconds)
         await server.shutdown(deadline: deadline)
         listener.loop.execute { [listener] in listener.value.stop() }
+        if let purger {
+            await withCheckedContinuation { continuation in
+                purger.loop.execute {
+                    purger.value.close()
+                    continuation.resume()
+                }
+            }
+        }
         for worker in workers {
             await withCheckedContinuation { continuation in
                 worker.loop.execute {

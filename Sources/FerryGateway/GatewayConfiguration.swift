@@ -46,6 +46,11 @@ public struct GatewayConfiguration: Sendable {
     /// Failed sign-ins allowed per email and per client address per hour.
     public var failedSignInsPerHour: Int
 
+    /// Seconds between in-process tombstone purges; nil: no timer (run `ferry purge-tombstones`).
+    public var purgeTombstonesEverySeconds: Int?
+    /// How old a tombstone must be before a purge deletes it, seconds.
+    public var tombstoneRetentionSeconds: Int
+
     /// The settings `ferry serve` reads; `--help` prints them.
     public static let settings: [Setting] = [
         Setting(
@@ -97,6 +102,12 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
             help: "failed sign-ins per email and per client address per hour (more: 429)"),
+        Setting(
+            "purge-tombstones-every", env: "FERRY_PURGE_TOMBSTONES_EVERY",
+            help: "purge old tombstones in-process this often, e.g. 1h (default: off)", isOptional: true),
+        Setting(
+            "tombstone-retention", env: "FERRY_TOMBSTONE_RETENTION", default: "30d",
+            help: "how old a tombstone must be for the in-process purge, e.g. 30d"),
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -127,6 +138,8 @@ public struct GatewayConfiguration: Sendable {
         tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
         anonymousSignUpsPerHour = try values.integer("anonymous-signups-per-hour", in: 1...1_000_000_000)!
         failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
+        purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
+        tombstoneRetentionSeconds = try values.duration("tombstone-retention")!
     }
 
     private static func postgresURL(_ values: SettingValues, _ flag: String) throws(SettingsError) -> String {

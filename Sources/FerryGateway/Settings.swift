@@ -130,6 +130,30 @@ public struct SettingValues: Sendable {
         return value
     }
 
+    /// The value as a duration in seconds, written as a whole number and a unit:
+    /// `30d`, `12h`, `15m`, `45s` (days, hours, minutes, seconds), at least 1 s and at most
+    /// `maximumSeconds`.
+    public func duration(_ flag: String, maximumSeconds: Int = 100 * 365 * 86_400) throws(SettingsError) -> Int? {
+        guard let text = string(flag) else { return nil }
+        guard let seconds = Self.parseDuration(text), seconds <= maximumSeconds else {
+            throw SettingsError(
+                "invalid \(name(flag)): \(text) is not a duration such as 30d, 12h, 15m or 45s (1 s to \(maximumSeconds / 86_400) days)"
+            )
+        }
+        return seconds
+    }
+
+    /// `30d`, `12h`, `15m`, `45s` in seconds; nil for anything else or zero.
+    public static func parseDuration(_ text: String) -> Int? {
+        let units: [Character: Int] = ["d": 86_400, "h": 3_600, "m": 60, "s": 1]
+        guard let unit = text.last, let scale = units[unit] else { return nil }
+        let digits = text.dropLast()
+        guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber),
+            let count = Int(digits), count > 0
+        else { return nil }
+        return count * scale
+    }
+
     /// The value as one of `choices`.
     public func choice(_ flag: String, _ choices: [String]) throws(SettingsError) -> String? {
         guard let text = string(flag) else { return nil }

@@ -9,6 +9,8 @@ struct SyncRoutes {
     static let defaultPullLimit = 1000
     /// The largest `limit` a pull accepts; more is `400 invalid_request`.
     static let maximumPullLimit = 5000
+    /// What ferry.pull raises for a cursor older than the purge horizon (0008_tombstone_retention.sql).
+    static let cursorExpiredState = "FR409"
 
     let accounts: Accounts
     let maxPushMutations: Int
@@ -88,6 +90,8 @@ struct SyncRoutes {
                     body.append(contentsOf: cursors.seal(cursor, for: identity).utf8)
                     body.append(contentsOf: #""}"#.utf8)
                     responder.respond(.json(bytes: body))
+                case .failure(let error) where raw != nil && error.sqlState == Self.cursorExpiredState:
+                    responder.respond(APIError.cursorExpired.response)
                 case .failure(let error) where raw != nil && (error.sqlState == "22P02" || error.sqlState == "22023"):
                     // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
                     responder.respond(APIError.invalidCursor.response)

@@ -19,6 +19,10 @@ public struct PostgresConfiguration: Sendable, Equatable {
     /// The server-side `statement_timeout` in milliseconds, applied as a startup option
     /// (`-c statement_timeout=…`); nil leaves the server's default.
     public var statementTimeoutMilliseconds: Int?
+    /// The session `TimeZone`, applied as a startup option (`-c TimeZone=…`): the text
+    /// form of every `timestamptz` the server sends is in it. Nil leaves the server's
+    /// (or the database's, or the role's) setting.
+    public var timeZone: String?
     /// The client-side deadline of one operation in milliseconds, a safety net behind
     /// `statement_timeout`: when it passes, the operation fails with ``PostgresError/Kind/timeout``
     /// and the connection is closed (libpq 15 has no non-blocking cancel). Nil means no deadline.
@@ -85,10 +89,13 @@ public struct PostgresConfiguration: Sendable, Equatable {
         pairs.append(("keepalives_idle", String(keepaliveIdleSeconds)))
         pairs.append(("keepalives_interval", "10"))
         pairs.append(("keepalives_count", "3"))
-        if let statementTimeoutMilliseconds {
+        var options: [String] = []
+        if let statementTimeoutMilliseconds { options.append("-c statement_timeout=\(statementTimeoutMilliseconds)") }
+        if let timeZone { options.append("-c TimeZone=" + timeZone.replacingOccurrences(of: " ", with: "\\ ")) }
+        if !options.isEmpty {
             // Keep options the connection string already sets; a later `options` keyword replaces it.
-            let given = parameters["options"].map { $0 + " " } ?? ""
-            pairs.append(("options", given + "-c statement_timeout=\(statementTimeoutMilliseconds)"))
+            let given = parameters["options"].map { [$0] } ?? []
+            pairs.append(("options", (given + options).joined(separator: " ")))
         }
         return pairs
     }

@@ -6,6 +6,7 @@ enum FerryCLI {
     static var commands: [any Command.Type] {
         [
             ServeCommand.self, DevCommand.self, MigrateCommand.self, CleanupAnonymousCommand.self,
+            PurgeTombstonesCommand.self,
             DatabaseCommand.self, VersionCommand.self,
         ]
     }
