@@ -22,12 +22,14 @@ struct AccountsDatabase: Sendable {
     /// The database's URL with `ferry_gateway` as the user (the cluster trusts loopback).
     let gatewayURL: String
 
-    /// Creates and migrates a database, runs `body`, drops the database.
-    static func with<T>(_ body: (AccountsDatabase) async throws -> T) async throws -> T {
+    /// Creates and migrates a database (with `sql/examples/<name>` for each of `examples`
+    /// after Ferry's own SQL), runs `body`, drops the database.
+    static func with<T>(examples: [String] = [], _ body: (AccountsDatabase) async throws -> T) async throws -> T {
         try await TestDatabase.with(prefix: "ferry_accounts") { database in
             let admin = try await database.connect()
             do {
-                try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(admin)
+                let directories = examples.map { MigratorTests.sqlRoot + "/examples/" + $0 }
+                try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: directories).migrate(admin)
                 let accounts = AccountsDatabase(
                     database: database, admin: admin, gatewayURL: try Self.url(database.url, user: "ferry_gateway"))
                 let value = try await body(accounts)
@@ -217,12 +219,14 @@ struct AccountsGateway: Sendable {
     let port: Int
 }
 
-/// Creates a migrated database, starts a gateway on it as `ferry_gateway` (with
-/// `arguments` added to the test defaults), runs `body`, stops and drops both.
+/// Creates a migrated database (with the example apps named in `examples`, e.g.
+/// `["puzzle"]`), starts a gateway on it as `ferry_gateway` (with `arguments` added to the
+/// test defaults), runs `body`, stops and drops both.
 func withAccountsGateway<T>(
-    arguments: [String] = [], createNotes: Bool = false, _ body: (AccountsGateway) async throws -> T
+    arguments: [String] = [], createNotes: Bool = false, examples: [String] = [],
+    _ body: (AccountsGateway) async throws -> T
 ) async throws -> T {
-    try await AccountsDatabase.with { database in
+    try await AccountsDatabase.with(examples: examples) { database in
         if createNotes { try await database.createNotes() }
         return try await withStartedGateway(databaseURL: database.gatewayURL, arguments: arguments) { gateway, port in
             try await body(AccountsGateway(database: database, gateway: gateway, port: port))
