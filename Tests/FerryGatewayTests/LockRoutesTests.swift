@@ -58,7 +58,8 @@ import Testing
             #expect(held.status == 409 && held.code == "lock_held", "\(held)")
             #expect(held.string("error", "holder") == phone.deviceID)
             let age = held.value("error", "heartbeat_age_ms") as? Int
-            #expect(age != nil && age! >= 0 && age! < 1_000, "\(held)")
+            // Just claimed: well under the 30 s stale limit, with room for a loaded machine.
+            #expect(age != nil && age! >= 0 && age! < 10_000, "\(held)")
 
             let heartbeat = try await lock(server, phone, "heartbeat")
             #expect(heartbeat.status == 200 && heartbeat.string("holder") == phone.deviceID, "\(heartbeat)")
