@@ -227,9 +227,21 @@ cat > "$tmp/push.lua" <<'LUA'
 -- request counter, so ids increase per device. With many devices per connection a
 -- device's previous batch has long been answered when its turn comes again.
 local counter = 0
+local threads = {}
 function setup(thread)
     counter = counter + 1
     thread:set("id", counter)
+    threads[#threads + 1] = thread
+end
+-- Batches answered with a duplicate (ids out of order on a device): the run is void.
+duplicates = 0
+function response(status, headers, body)
+    if body:find('"duplicate"', 1, true) then duplicates = duplicates + 1 end
+end
+function done(summary, latency, requests)
+    local total = 0
+    for _, thread in ipairs(threads) do total = total + thread:get("duplicates") end
+    io.write("duplicate batches: " .. total .. "\n")
 end
 local tokens, template, base, n = {}, nil, 0, 0
 function init(args)
@@ -305,6 +317,11 @@ measure() {
             exit 1
         fi
         grep 'Socket errors' <<<"$output" >&2 || true
+        if grep -q 'duplicate batches: [1-9]' <<<"$output"; then
+            echo "wrk: $(grep 'duplicate batches' <<<"$output")" >&2
+            exit 1
+        fi
+        grep 'duplicate batches' <<<"$output" >&2 || true
         rate=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$output")
         count=$(awk '/ requests in / { print $1 }' <<<"$output")
     else
