@@ -334,6 +334,9 @@ measure() {
         fi
         rate=$(awk '/^tps = / { print $3 }' <<<"$output")
         count=$(awk '/^number of transactions actually processed:/ { print $NF }' <<<"$output")
+        # pgbench's backends exit as it ends: let the postmaster reap them (their CPU time
+        # moves to its children's times) before reading, or some would be counted nowhere.
+        sleep 1
     fi
     pg1=$(cluster_ticks)
     gw1=$(process_ticks "$ferry_pid")
