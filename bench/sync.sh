@@ -1,0 +1,400 @@
+#!/usr/bin/env bash
+# Sync: GET /v1/pull and POST /v1/push through Ferry against pgbench running the same SQL
+# the gateway sends, in one run on the same database (issue 4, "Benchmark (not a test)").
+#
+#   pull   PULL_USERS users, ROWS rows each in public.daily_challenges (lww); each user's
+#          cursor is taken after seeding (a first-load pull through the API), then CHANGES
+#          rows per user are updated, so every pull with that cursor answers the same
+#          CHANGES rows: the steady-state cost of a pull.
+#          Ferry: wrk rotating over the (token, cursor) pairs -> requests/s.
+#          pgbench "pipeline": what the gateway sends, the identity statement and
+#          `select ... from ferry.pull(raw cursor, limit)` in one \startpipeline block
+#          (one Sync, one implicit transaction, one round trip), one script per user
+#          (pgbench picks one per transaction) -> tx/s.
+#          pgbench "one statement": the same identity settings and pull as ONE statement
+#          (set_config in a lateral-joined subquery ahead of ferry.pull) -> tx/s.
+#   push   batches of BATCH upserts to public.daily_challenges (existing rows of the
+#          caller: days 0..BATCH-1), mutation ids strictly increasing per device.
+#          Ferry: wrk over PUSH_DEVICES devices (each its own anonymous user and token),
+#          each wrk thread owning its devices -> requests/s and mutations/s.
+#          pgbench: the identity statement and the gateway's push statement in one
+#          pipeline, each client on its own device -> tx/s x BATCH mutations/s.
+#
+# Prints the figures, the ratios Ferry/pgbench (goal >= MIN_RATIO, 0.7) and
+# pipeline/one-statement for the pull's SQL (goal >= MIN_STATEMENT_RATIO, 0.9), with
+# PASS/FAIL. Median of RUNS runs, the runs interleaved (Ferry pull, pgbench pull,
+# pgbench one-statement pull, Ferry push, pgbench push) so drift hits all alike.
+#
+# Usage: bench/sync.sh   (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2
+#        POOL_SIZE=8 PGBENCH_CLIENTS=LOOPS*POOL_SIZE PGBENCH_THREADS=2 PULL_USERS=100
+#        PUSH_DEVICES=256 ROWS=300 CHANGES=10 BATCH=50 PULL_LIMIT=1000)
+# Ferry is the release `ferry serve` (access log on, to /dev/null) logged in as
+# ferry_gateway; pgbench logs in as ferry_gateway too, -M prepared, as many clients as
+# the gateway has database connections. The embedded database (`make db`; the port
+# follows FERRY_DEV_PG_PORT) is migrated with sql/ferry and sql/examples/puzzle. The
+# users this script signs up stay in the database; `ferry db reset` clears it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+LOOPS=${LOOPS:-2}
+POOL_SIZE=${POOL_SIZE:-8}
+PGBENCH_CLIENTS=${PGBENCH_CLIENTS:-$((LOOPS * POOL_SIZE))}
+PGBENCH_THREADS=${PGBENCH_THREADS:-2}
+PULL_USERS=${PULL_USERS:-100}   # pgbench takes at most 128 scripts: one per user
+PUSH_DEVICES=${PUSH_DEVICES:-256}
+ROWS=${ROWS:-300}
+CHANGES=${CHANGES:-10}
+BATCH=${BATCH:-50}
+PULL_LIMIT=${PULL_LIMIT:-1000}
+MIN_RATIO=${MIN_RATIO:-0.7}
+MIN_STATEMENT_RATIO=${MIN_STATEMENT_RATIO:-0.9}
+[ "$PULL_USERS" -le 120 ] || { echo "PULL_USERS must be at most 120 (pgbench scripts)" >&2; exit 1; }
+[ "$BATCH" -le 99 ] || { echo "BATCH must be at most 99 (two-digit id suffix)" >&2; exit 1; }
+
+swift build -c release --product ferry >&2
+FERRY=$(swift build -c release --show-bin-path)/ferry
+OWNER_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
+GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+
+tmp=$(mktemp -d)
+ferry_pid=""
+cleanup() {
+    if [ -n "$ferry_pid" ]; then kill "$ferry_pid" 2>/dev/null || true; wait "$ferry_pid" 2>/dev/null || true; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+port=$(free_port)
+base="http://127.0.0.1:$port"
+env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$(head -c 32 /dev/urandom | base64) \
+    FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
+    FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 "$FERRY" serve >/dev/null &
+ferry_pid=$!
+for _ in $(seq 100); do
+    curl -fs -o /dev/null "$base/readyz" && break
+    sleep 0.1
+done
+curl -fs -o /dev/null "$base/readyz" || { echo "ferry serve is not ready on port $port" >&2; exit 1; }
+
+# The identity statement (Identity.statementSQL) and the push and pull statements
+# (SyncRoutes.swift), as the gateway sends them.
+identity_sql="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', :sid, true);"
+grep -q "set_config('ferry.session_id', \$3, true)" Sources/FerryGateway/Identity.swift ||
+    { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
+grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/SyncRoutes.swift ||
+    { echo "the pull statement changed: update bench/sync.sh" >&2; exit 1; }
+grep -q "then null else ferry.push(body) end" Sources/FerryGateway/SyncRoutes.swift ||
+    { echo "the push statement changed: update bench/sync.sh" >&2; exit 1; }
+
+# Setup: sign-ups through the API, rows seeded as the owner, cursors through the API.
+# Writes: pull.tsv (token, sealed cursor), pull_<i>.sql and one_<i>.sql (pgbench pull
+# scripts with that user's identity and raw cursor), push.tsv (tokens), and the table
+# bench_sync.push_devices (pgbench push clients' identities, by client id).
+SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES \
+    PGBENCH_CLIENTS=$PGBENCH_CLIENTS ROWS=$ROWS CHANGES=$CHANGES PULL_LIMIT=$PULL_LIMIT python3 - <<'PY' >&2
+import base64, json, os, subprocess, urllib.request, uuid
+from concurrent.futures import ThreadPoolExecutor
+
+env = os.environ
+base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
+pull_users, push_devices, clients = int(env["PULL_USERS"]), int(env["PUSH_DEVICES"]), int(env["PGBENCH_CLIENTS"])
+rows, changes, limit = int(env["ROWS"]), int(env["CHANGES"]), int(env["PULL_LIMIT"])
+
+def call(method, path, token=None, body=None):
+    request = urllib.request.Request(base + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})})
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+def claims(token):
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+def sign_up(_):
+    device = str(uuid.uuid4())
+    token = call("POST", "/v1/auth/anonymous", body={"device_id": device})["session"]["access_token"]
+    c = claims(token)
+    assert c["did"] == device
+    return {"token": token, "uid": c["sub"], "did": c["did"], "sid": c["sid"]}
+
+with ThreadPoolExecutor(8) as pool:
+    users = list(pool.map(sign_up, range(pull_users + push_devices + clients)))
+pulls, pushes, bench = users[:pull_users], users[pull_users:pull_users + push_devices], users[pull_users + push_devices:]
+
+def psql(sql):
+    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], input=sql, text=True, check=True)
+
+ids = ",".join("'%s'" % u["uid"] for u in users)
+psql(f"""
+insert into public.daily_challenges (user_id, day, seconds)
+select u, date '2020-01-01' + g, g from unnest(array[{ids}]::uuid[]) u, generate_series(0, {rows - 1}) g;
+create schema if not exists bench_sync;
+drop table if exists bench_sync.push_devices;
+create table bench_sync.push_devices (n integer primary key, uid text, did text, sid text);
+grant usage on schema bench_sync to ferry_gateway;
+grant select on bench_sync.push_devices to ferry_gateway;
+analyze public.daily_challenges;
+""")
+values = ",".join("(%d, '%s', '%s', '%s')" % (n, u["uid"], u["did"], u["sid"]) for n, u in enumerate(bench))
+psql(f"insert into bench_sync.push_devices values {values};")
+
+# The cursor after seeding: a first load through the API (every row fits in one page).
+def first_load(u):
+    answer = call("GET", f"/v1/pull?limit={limit}", u["token"])
+    assert not answer["has_more"] and len(answer["changes"]["daily_challenges"]["upserts"]) == rows, answer.keys()
+    u["cursor"] = answer["cursor"]
+    sealed = answer["cursor"].split(".")[0]
+    u["raw"] = base64.urlsafe_b64decode(sealed + "=" * (-len(sealed) % 4)).decode()
+with ThreadPoolExecutor(8) as pool:
+    list(pool.map(first_load, pulls))
+
+pull_ids = ",".join("'%s'" % u["uid"] for u in pulls)
+psql(f"""update public.daily_challenges set seconds = seconds + 1
+         where user_id = any(array[{pull_ids}]::uuid[]) and day < date '2020-01-01' + {changes};""")
+# Each cursor now answers exactly `changes` rows.
+for u in pulls[:3]:
+    answer = call("GET", f"/v1/pull?limit={limit}&cursor={u['cursor']}", u["token"])
+    got = len(answer["changes"]["daily_challenges"]["upserts"])
+    assert got == changes and not answer["has_more"], got
+
+def lit(text):
+    return "'" + text.replace("'", "''") + "'"
+identity = ("select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', {uid}, true), "
+            "pg_catalog.set_config('ferry.device_id', {did}, true), pg_catalog.set_config('ferry.session_id', {sid}, true)")
+with open(f"{tmp}/pull.tsv", "w") as tsv:
+    for i, u in enumerate(pulls):
+        tsv.write(f"{u['token']}\t{u['cursor']}\n")
+        ident = identity.format(uid=lit(u["uid"]), did=lit(u["did"]), sid=lit(u["sid"]))
+        with open(f"{tmp}/pull_{i}.sql", "w") as f:
+            f.write("\\startpipeline\n" + ident + ";\n"
+                    f"select answer ->> 'cursor', (answer - 'cursor')::text from ferry.pull({lit(u['raw'])}, {limit}::integer) answer;\n"
+                    "\\endpipeline\n")
+        with open(f"{tmp}/one_{i}.sql", "w") as f:
+            f.write(f"select answer ->> 'cursor', (answer - 'cursor')::text from ({ident} offset 0) identity(r, u, d, s) "
+                    f"cross join lateral ferry.pull(case when identity.s is not null then {lit(u['raw'])} end, {limit}::integer) answer;\n")
+with open(f"{tmp}/push.tsv", "w") as tsv:
+    for u in pushes:
+        tsv.write(u["token"] + "\n")
+PY
+
+# A push batch: BATCH upserts of the caller's rows; '@' becomes a per-request number, so
+# mutation k of a batch has id <number><k as two digits>, increasing per device.
+template='{"mutations": ['
+for k in $(seq 1 "$BATCH"); do
+    [ "$k" -gt 1 ] && template+=', '
+    template+=$(printf '{"id": @%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
+        "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
+done
+template+=']}'
+echo "$template" > "$tmp/push_template.json"
+
+cat > "$tmp/pull.lua" <<'LUA'
+-- Rotates over the (token, sealed cursor) pairs of pull.tsv; threads start apart.
+local counter = 0
+function setup(thread)
+    counter = counter + 1
+    thread:set("id", counter)
+end
+local requests = {}
+local i = 0
+function init(args)
+    for line in io.lines(args[1]) do
+        local token, cursor = line:match("^(%S+)\t(%S+)$")
+        requests[#requests + 1] = wrk.format("GET", "/v1/pull?limit=" .. args[2] .. "&cursor=" .. cursor,
+            { ["Authorization"] = "Bearer " .. token })
+    end
+    i = (id * 37) % #requests
+end
+request = function()
+    i = i % #requests + 1
+    return requests[i]
+end
+LUA
+
+cat > "$tmp/push.lua" <<'LUA'
+-- Each thread owns the devices (tokens) of push.tsv whose index is its own modulo the
+-- thread count and rotates over them; a request's number is base + the thread's
+-- request counter, so ids increase per device. With many devices per connection a
+-- device's previous batch has long been answered when its turn comes again.
+local counter = 0
+local threads = {}
+function setup(thread)
+    counter = counter + 1
+    thread:set("id", counter)
+    threads[#threads + 1] = thread
+end
+-- Batches answered with a duplicate (ids out of order on a device): the run is void.
+duplicates = 0
+function response(status, headers, body)
+    if body:find('"duplicate"', 1, true) then duplicates = duplicates + 1 end
+end
+function done(summary, latency, requests)
+    local total = 0
+    for _, thread in ipairs(threads) do total = total + thread:get("duplicates") end
+    io.write("duplicate batches: " .. total .. "\n")
+end
+local tokens, template, base, n = {}, nil, 0, 0
+function init(args)
+    local threads, index = tonumber(args[2]), 0
+    for line in io.lines(args[1]) do
+        if index % threads == id - 1 then tokens[#tokens + 1] = "Bearer " .. line end
+        index = index + 1
+    end
+    local f = io.open(args[3]); template = f:read("*l"); f:close()
+    base = tonumber(args[4])
+end
+request = function()
+    n = n + 1
+    local body = template:gsub("@", tostring(base + n))
+    return wrk.format("POST", "/v1/push",
+        { ["Authorization"] = tokens[n % #tokens + 1], ["Content-Type"] = "application/json" }, body)
+end
+LUA
+
+# pgbench push: each client looks its device up once (client-side \if, no round trip
+# afterwards), then per transaction the identity statement and the gateway's push
+# statement in one pipeline. The batch text is the template with its number filled in
+# by format(), the only difference from the gateway's statement ($1::jsonb).
+cat > "$tmp/push.sql" <<SQL
+\\if :have = 0
+select uid, did, sid, 1 as have from bench_sync.push_devices where n = :client_id
+\\gset
+\\endif
+\\set seq :seq + 1
+\\startpipeline
+$identity_sql
+select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
+        and pg_catalog.jsonb_array_length(body -> 'mutations') > 1000
+    then null else ferry.push(body) end
+from (select pg_catalog.format(:template, :seq::bigint)::jsonb as body) request;
+\\endpipeline
+SQL
+pg_template=${template//@/%1\$s}
+
+# The batch as both sides send it is applied whole: one push through the API, one
+# pgbench transaction (then their devices' numbers restart above these).
+token=$(head -1 "$tmp/push.tsv")
+curl -fs -X POST "$base/v1/push" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d "${template//@/1}" | python3 -c '
+import json, sys
+results = json.load(sys.stdin)["results"]
+assert len(results) == '"$BATCH"' and all(r["status"] == "applied" for r in results), results' ||
+    { echo "a push batch through the API was not applied whole" >&2; exit 1; }
+
+# CPU time, as a check on the rates (the machine is shared, so a rate also says how
+# much of it this run got): clock ticks of this cluster (the postmaster with the reaped
+# backends of earlier runs, plus its live children) and of the gateway.
+postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
+ticks_per_second=$(getconf CLK_TCK)
+process_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+cluster_ticks() {
+    local total child
+    total=$(process_ticks "$postmaster")
+    for child in $(pgrep -P "$postmaster"); do total=$((total + $(process_ticks "$child"))); done
+    echo "$total"
+}
+# "rate µs-of-PostgreSQL-CPU-per-op µs-of-gateway-CPU-per-op" for one run of "$@".
+measure() {
+    local kind=$1 output rate count pg0 gw0 pg1 gw1
+    shift
+    pg0=$(cluster_ticks)
+    gw0=$(process_ticks "$ferry_pid")
+    if [ "$kind" = wrk ]; then
+        # A run with any non-2xx answer is an error, not a figure.
+        output=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" "$@")
+        if grep -q 'Non-2xx' <<<"$output"; then
+            echo "wrk $*: $(grep 'Non-2xx' <<<"$output")" >&2
+            exit 1
+        fi
+        grep 'Socket errors' <<<"$output" >&2 || true
+        if grep -q 'duplicate batches: [1-9]' <<<"$output"; then
+            echo "wrk: $(grep 'duplicate batches' <<<"$output")" >&2
+            exit 1
+        fi
+        grep 'duplicate batches' <<<"$output" >&2 || true
+        rate=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$output")
+        count=$(awk '/ requests in / { print $1 }' <<<"$output")
+    else
+        # No vacuum, prepared, as ferry_gateway; a failed transaction is an error.
+        output=$(pgbench -n -M prepared -c "$PGBENCH_CLIENTS" -j "$PGBENCH_THREADS" -T "${DURATION%s}" "$@" \
+            "$GATEWAY_URL" 2>&1) || { echo "pgbench: $output" >&2; exit 1; }
+        if grep -q 'number of failed transactions: [1-9]' <<<"$output"; then
+            echo "pgbench: $output" >&2
+            exit 1
+        fi
+        rate=$(awk '/^tps = / { print $3 }' <<<"$output")
+        count=$(awk '/^number of transactions actually processed:/ { print $NF }' <<<"$output")
+        # pgbench's backends exit as it ends: let the postmaster reap them (their CPU time
+        # moves to its children's times) before reading, or some would be counted nowhere.
+        sleep 1
+    fi
+    pg1=$(cluster_ticks)
+    gw1=$(process_ticks "$ferry_pid")
+    echo "$rate $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc) $(echo "($gw1 - $gw0) * 1000000 / $ticks_per_second / $count" | bc)"
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# column $1 of the runs in array $2: median, and the runs joined by " / "
+column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
+listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
+
+pull_scripts=()
+one_scripts=()
+for i in $(seq 0 $((PULL_USERS - 1))); do
+    pull_scripts+=(-f "$tmp/pull_$i.sql")
+    one_scripts+=(-f "$tmp/one_$i.sql")
+done
+
+ferry_pull_runs=()
+pg_pull_runs=()
+one_pull_runs=()
+ferry_push_runs=()
+pg_push_runs=()
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for run in $(seq "$RUNS"); do
+    ferry_pull_runs+=("$(measure wrk -s "$tmp/pull.lua" "$base" -- "$tmp/pull.tsv" "$PULL_LIMIT")")
+    pg_pull_runs+=("$(measure pgbench "${pull_scripts[@]}")")
+    one_pull_runs+=("$(measure pgbench "${one_scripts[@]}")")
+    # Mutation-id numbers: runs apart by far more than a run's requests.
+    ferry_push_runs+=("$(measure wrk -s "$tmp/push.lua" "$base" -- "$tmp/push.tsv" "$THREADS" \
+        "$tmp/push_template.json" $((run * 100000000)))")
+    pg_push_runs+=("$(measure pgbench -f "$tmp/push.sql" -D have=0 -D seq=$((run * 100000000)) \
+        -D "template=$pg_template")")
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+for name in ferry_pull pg_pull one_pull ferry_push pg_push; do
+    echo "runs $name: rate $(listed 1 ${name}_runs); PostgreSQL µs/op $(listed 2 ${name}_runs); gateway µs/op $(listed 3 ${name}_runs)" >&2
+done
+ferry_pull=$(column 1 ferry_pull_runs)
+pg_pull=$(column 1 pg_pull_runs)
+one_pull=$(column 1 one_pull_runs)
+ferry_push=$(column 1 ferry_push_runs)
+pg_push=$(column 1 pg_push_runs)
+
+verdict() { [ "$(echo "$1 >= $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
+pull_ratio=$(echo "$ferry_pull / $pg_pull" | bc -l)
+push_ratio=$(echo "$ferry_push / $pg_push" | bc -l)
+statement_ratio=$(echo "$pg_pull / $one_pull" | bc -l)
+row() { printf '%-46s %8.0f %-6s %8s µs %8s µs\n' "$1" "$2" "$3" "$(column 2 "$4")" "$(column 3 "$4")"; }
+printf '%-46s %15s %11s %11s\n' "" "median rate" "PostgreSQL" "gateway"
+row "Ferry GET /v1/pull ($CHANGES changed rows)" "$ferry_pull" "req/s" ferry_pull_runs
+row "pgbench pull: identity + pull, one pipeline" "$pg_pull" "tx/s" pg_pull_runs
+row "pgbench pull: one statement" "$one_pull" "tx/s" one_pull_runs
+row "Ferry POST /v1/push ($BATCH upserts)" "$ferry_push" "req/s" ferry_push_runs
+row "pgbench push: identity + push, one pipeline" "$pg_push" "tx/s" pg_push_runs
+printf '%-46s %8.0f mutations/s Ferry, %.0f pgbench\n' "push mutations/s" \
+    "$(echo "$ferry_push * $BATCH" | bc -l)" "$(echo "$pg_push * $BATCH" | bc -l)"
+printf '%-46s %8.3f  %s (goal %s)\n' "pull: Ferry / pgbench" "$pull_ratio" "$(verdict "$pull_ratio" "$MIN_RATIO")" "$MIN_RATIO"
+printf '%-46s %8.3f  %s (goal %s)\n' "push: Ferry / pgbench" "$push_ratio" "$(verdict "$push_ratio" "$MIN_RATIO")" "$MIN_RATIO"
+printf '%-46s %8.3f  %s (goal %s)\n' "pull SQL: pipeline / one statement" "$statement_ratio" \
+    "$(verdict "$statement_ratio" "$MIN_STATEMENT_RATIO")" "$MIN_STATEMENT_RATIO"
