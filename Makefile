@@ -14,6 +14,9 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 endif
 
 FERRY := .build/debug/ferry
+# The whole suite takes well under a minute; a hung test fails the run after this long
+# instead of holding CI to its own limit.
+TEST_TIMEOUT ?= 1200
 DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev postgresql python3-httpx
 
 help: ## list the targets
@@ -71,7 +74,11 @@ test: deps build lint ## lint, start PostgreSQL, run every test against it (in p
 	stop_database() { if [ -n "$$started" ]; then $(FERRY) db stop; fi; }; \
 	trap 'stop_database; exit 130' INT TERM; \
 	status=0; \
-	FERRY_TEST_DATABASE_URL="$$($(FERRY) db url)" swift test --parallel || status=$$?; \
+	FERRY_TEST_DATABASE_URL="$$($(FERRY) db url)" timeout --kill-after=15s $(TEST_TIMEOUT) swift test --parallel \
+	  || status=$$?; \
+	if [ "$$status" -eq 124 ] || [ "$$status" -eq 137 ]; then \
+	  echo "make test: the tests did not finish within $(TEST_TIMEOUT) s: a test hung (see the last 'started' lines)"; \
+	fi; \
 	stop_database; \
 	if [ "$$status" -ne 0 ]; then echo "make test: tests failed (exit $$status)"; fi; \
 	exit "$$status"

@@ -243,6 +243,7 @@ public struct Migrator: Sendable {
         _ client: PostgresClient, verbose: Bool = false, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> [String] {
         let migrations = try migrations()
+        try await Self.checkRole(client)
         let key = String(Self.advisoryLockKey)
         _ = try await client.query("select pg_advisory_lock($1::bigint)", [key])
         do {
@@ -253,6 +254,23 @@ public struct Migrator: Sendable {
             // The lock goes with the session if the connection broke; otherwise release it.
             _ = try? await client.query("select pg_advisory_unlock($1::bigint)", [key])
             throw error
+        }
+    }
+
+    /// Refuses a migrating role that Row Level Security would bind.
+    ///
+    /// Ferry's SECURITY DEFINER functions run as the role that created them and act on
+    /// every user's rows (account deletion, the first-sign-in merge, cleanup, purge) in
+    /// tables under FORCE ROW LEVEL SECURITY, which binds even their owner: unless that
+    /// role is a superuser or has BYPASSRLS, they would silently find no rows.
+    static func checkRole(_ client: PostgresClient) async throws {
+        let result = try await client.query(
+            "select rolname, rolsuper or rolbypassrls from pg_catalog.pg_roles where rolname = current_user")
+        guard result.count == 1, result[0, 1] == "t" else {
+            throw MigrationError(
+                "the migrating role \(result.count == 1 ? result[0, 0] ?? "" : "") is neither a superuser nor BYPASSRLS: "
+                    + "Ferry's functions act across users on tables under FORCE ROW LEVEL SECURITY and would "
+                    + "find no rows; run migrations as a superuser or a role with BYPASSRLS (docs/OPERATIONS.md)")
         }
     }
 

@@ -219,7 +219,7 @@ struct DevDatabase {
 
             # Added by `ferry db start`: a development cluster. Reset it with `ferry db reset`.
             listen_addresses = '127.0.0.1'
-            max_connections = 200
+            max_connections = 500
             fsync = off
             synchronous_commit = off
             full_page_writes = off

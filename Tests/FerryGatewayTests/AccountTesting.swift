@@ -56,7 +56,7 @@ struct AccountsDatabase: Sendable {
     /// A new connection logged in as `ferry_gateway`, as the gateway's own are.
     func connectAsGateway(applicationName: String = "ferry-tests") async throws -> PostgresClient {
         try await PostgresClient.connect(
-            PostgresConfiguration(gatewayURL, applicationName: applicationName, connectTimeoutMilliseconds: 5_000))
+            PostgresConfiguration(gatewayURL, applicationName: applicationName, connectTimeoutMilliseconds: 30_000))
     }
 
     /// Every row of `sql` as text cells, read as the superuser.

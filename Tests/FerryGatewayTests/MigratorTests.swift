@@ -65,6 +65,30 @@ import Testing
         try await client.query("select to_regclass($1) is not null", [name])[0, 0] == "t"
     }
 
+    // MARK: - Who migrates
+
+    @Test func aMigratingRoleBoundByRowLevelSecurityIsRefusedBeforeAnythingApplies() async throws {
+        try await withMigrations(["0001_a.sql": "create table a (id int);"]) { database, admin, files in
+            let role = "ferry_plain_\(UInt32.random(in: 0...UInt32.max))"
+            try await admin.execute("create role \(role) login nosuperuser nobypassrls")
+            try await admin.execute("grant all on database \(database.name) to \(role)")
+            do {
+                let plain = try await PostgresClient.connect(
+                    PostgresConfiguration(try AccountsDatabase.url(database.url, user: role)))
+                do {
+                    try await files.migrator.migrate(plain)
+                    Issue.record("a role without BYPASSRLS migrated")
+                } catch let error as MigrationError {
+                    #expect(error.description.contains("BYPASSRLS"))
+                    #expect(error.description.contains(role))
+                }
+                await plain.close()
+                #expect(try await !tableExists(admin, "a"))
+            }
+            try await admin.execute("drop owned by \(role); drop role \(role)")
+        }
+    }
+
     // MARK: - Applying
 
     @Test func applyingTwiceIsANoOp() async throws {

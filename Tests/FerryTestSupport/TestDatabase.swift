@@ -28,7 +28,7 @@ public struct TestDatabase: Sendable {
                     + "e.g. postgresql://postgres@127.0.0.1:55433/postgres")
         }
         do {
-            return try PostgresConfiguration(url, applicationName: "ferry-tests", connectTimeoutMilliseconds: 5_000)
+            return try PostgresConfiguration(url, applicationName: "ferry-tests", connectTimeoutMilliseconds: 30_000)
         } catch {
             throw TestDatabaseError("\(environmentVariable) is not a valid connection string: \(error)")
         }
