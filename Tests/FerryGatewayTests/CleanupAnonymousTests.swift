@@ -7,50 +7,9 @@ import Testing
 /// `ferry cleanup-anonymous`, the built binary, against a database migrated with `sql/ferry`
 /// and connecting as `ferry_gateway`, as an operator's cron job would.
 @Suite struct CleanupAnonymousTests {
-    /// What the binary printed and how it ended.
-    struct Run {
-        var status: Int32
-        var output: String
-        var errors: String
-        var lines: [String] { output.split(separator: "\n").map(String.init) }
-    }
-
-    /// Runs `ferry cleanup-anonymous <arguments>`; output goes to files (a pipe nobody
-    /// drains could stall it), read once it exited.
-    func cleanup(_ arguments: [String], databaseURL: String) async throws -> Run {
-        let directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("ferry-cleanup-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let outputFile = directory.appendingPathComponent("stdout")
-        let errorFile = directory.appendingPathComponent("stderr")
-        _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
-        let output = try FileHandle(forWritingTo: outputFile)
-        let errors = try FileHandle(forWritingTo: errorFile)
-        defer {
-            try? output.close()
-            try? errors.close()
-        }
-
-        let process = Process()
-        process.executableURL = try ferryExecutable()
-        process.arguments = ["cleanup-anonymous"] + arguments
-        process.environment = ["PATH": "/usr/bin:/bin", "FERRY_DATABASE_URL": databaseURL]
-        process.standardOutput = output
-        process.standardError = errors
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            process.terminationHandler = { _ in continuation.resume() }
-            do {
-                try process.run()
-            } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: error)
-            }
-        }
-        return Run(
-            status: process.terminationStatus, output: try String(contentsOf: outputFile, encoding: .utf8),
-            errors: try String(contentsOf: errorFile, encoding: .utf8))
+    /// Runs `ferry cleanup-anonymous <arguments>`.
+    func cleanup(_ arguments: [String], databaseURL: String) async throws -> FerryRun {
+        try await runFerry(["cleanup-anonymous"] + arguments, databaseURL: databaseURL)
     }
 
     /// The test database's URL with `ferry_gateway` as the user: the cleanup functions

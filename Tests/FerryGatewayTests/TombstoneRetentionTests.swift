@@ -257,7 +257,7 @@ import Testing
     }
 }
 
-// MARK: - Running the CLI
+// MARK: - Running the CLI (shared by the command tests)
 
 /// What the `ferry` binary printed and how it ended.
 struct FerryRun {
