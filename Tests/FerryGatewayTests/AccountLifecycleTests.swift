@@ -5,7 +5,8 @@ import Testing
 /// PROTOCOL.md's Accounts section walked end to end by an independent client
 /// (`Tests/clients/account_lifecycle.py`, Python and httpx, written from the page alone)
 /// against an in-process gateway on a migrated database.
-@Suite struct AccountLifecycleTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct AccountLifecycleTests {
     static let script = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("clients/account_lifecycle.py").path

@@ -45,7 +45,8 @@ func get(_ path: String, port: Int) throws -> HTTPTestResponse {
     return try client.readResponse()
 }
 
-@Suite struct GatewayTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct GatewayTests {
     @Test func readyzAnswers200OnceDatabaseAndListenerAreUp() async throws {
         try await TestDatabase.with { database in
             try await withGateway(databaseURL: database.url) { port in

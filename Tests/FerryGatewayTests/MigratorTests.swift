@@ -7,7 +7,8 @@ import Testing
 
 /// `ferry migrate` against a real PostgreSQL: each test has its own database and its
 /// own migration files in a temporary directory labelled `app`.
-@Suite struct MigratorTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct MigratorTests {
     /// The repository's `sql/` directory, for Ferry's own migrations.
     static let sqlRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

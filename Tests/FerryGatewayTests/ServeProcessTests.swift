@@ -35,7 +35,8 @@ func freePort() throws -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-@Suite struct ServeProcessTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct ServeProcessTests {
     @Test func missingSettingIsOneLineAndExitStatus2() throws {
         let process = Process()
         process.executableURL = try ferryExecutable()

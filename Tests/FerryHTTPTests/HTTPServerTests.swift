@@ -84,7 +84,8 @@ private final class TestServer {
     }
 }
 
-@Suite struct HTTPServerTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct HTTPServerTests {
     @Test func keepAliveServesSeveralRequestsOnOneConnection() throws {
         let server = try TestServer()
         defer { server.stop() }

@@ -32,7 +32,8 @@ private final class Collector: TCPConnectionDelegate {
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
 }
 
-@Suite struct TCPTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct TCPTests {
     @Test func echoesALargeWriteThroughTheWriteQueue() async throws {
         let loop = EventLoop.spawn(name: "echo")
         defer { loop.stop() }
@@ -146,7 +147,8 @@ private final class MeasuringEcho: TCPConnectionDelegate {
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
 }
 
-@Suite struct BackpressureTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct BackpressureTests {
     @Test func aPeerThatDoesNotReadStopsTheServerReading() async throws {
         let loop = EventLoop.spawn(name: "backpressure")
         defer { loop.stop() }

@@ -2,7 +2,8 @@ import FerryPostgres
 import FerryTestSupport
 import Testing
 
-@Suite struct ClientTests {
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct ClientTests {
     @Test func queryReturnsRowsWithParameters() async throws {
         try await TestDatabase.with { database in
             let client = try await database.connect()
