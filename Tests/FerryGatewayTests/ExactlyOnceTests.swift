@@ -27,19 +27,7 @@ import Testing
             _ = try await locker.query("select 1 from public.profiles where user_id = $1 for update", [device.userID])
 
             async let stalled = server.pushBatch(device, Self.crashBatch)
-            let clock = ContinuousClock()
-            let deadline = clock.now + .seconds(10)
-            var pushing: String?
-            for _ in 0..<400 where pushing == nil && clock.now < deadline {
-                pushing = try await database.admin.query(
-                    """
-                    select pid::text from pg_stat_activity
-                    where datname = current_database() and application_name = 'ferry'
-                        and query like '%ferry.push%' and wait_event_type = 'Lock'
-                    """
-                ).rows.first?[0]
-                if pushing == nil { try await Task.sleep(for: .milliseconds(25)) }
-            }
+            let pushing = try await database.gatewayBackendWaitingOnALock(running: "ferry.push")
             let pid = try #require(pushing, "the push never waited on the locked profile")
             #expect(try await database.value("select pg_terminate_backend($1::int)", [pid]) == "t")
 

@@ -162,21 +162,7 @@ import Testing
                 "select 1 from public.notes where user_id = $1 for update", [accounts.cloud.userID])
 
             async let answer = signIn(harness, accounts, resolve: "keep_device")
-            // Bounded by time as well as count: on a loaded machine the password check
-            // before the merge can take seconds.
-            let clock = ContinuousClock()
-            let deadline = clock.now + .seconds(10)
-            var merging: String?
-            for _ in 0..<400 where merging == nil && clock.now < deadline {
-                merging = try await database.admin.query(
-                    """
-                    select pid::text from pg_stat_activity
-                    where datname = current_database() and application_name = 'ferry'
-                        and query like '%ferry.sign_in%' and wait_event_type = 'Lock'
-                    """
-                ).rows.first?[0]
-                if merging == nil { try await Task.sleep(for: .milliseconds(50)) }
-            }
+            let merging = try await database.gatewayBackendWaitingOnALock(running: "ferry.sign_in")
             let pid = try #require(merging, "the keep_device merge never waited on the locked rows")
             #expect(try await database.value("select pg_terminate_backend($1::int)", [pid]) == "t")
 
