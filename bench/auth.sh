@@ -14,6 +14,7 @@
 # add users to that database; `ferry db reset` clears it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.bash
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
@@ -38,9 +39,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # A version-4 UUID per request, from 16-bit pieces (LuaJIT formats them exactly).
 # Each wrk thread seeds its own generator, so threads do not repeat each other.
@@ -70,11 +68,7 @@ env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRE
     FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 \
     "$FERRY" serve >/dev/null &
 ferry_pid=$!
-for _ in $(seq 100); do
-    curl -fs -o /dev/null "$base/readyz" && break
-    sleep 0.1
-done
-curl -fs -o /dev/null "$base/readyz" || { echo "ferry serve is not ready on port $port" >&2; exit 1; }
+wait_until_answers "$base/readyz"
 
 # One anonymous user's access token for the authenticated runs.
 token=$(curl -fs -X POST "$base/v1/auth/anonymous" -H 'Content-Type: application/json' \
@@ -94,7 +88,6 @@ requests_per_second() {
     awk '/^Requests\/sec:/ { print $2 }' <<<"$output"
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 signup_runs=()
 user_runs=()

@@ -9,6 +9,7 @@
 # only for its pools and listener; /healthz itself touches no database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.bash
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
@@ -29,24 +30,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
-wait_until_up() {
-    for _ in $(seq 100); do
-        curl -fs -o /dev/null "http://127.0.0.1:$1/healthz" && return 0
-        sleep 0.1
-    done
-    echo "nothing answers on port $1" >&2
-    return 1
-}
 
 requests_per_second() {
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$1/healthz" | awk '/^Requests\/sec:/ { print $2 }'
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 start_nginx() { # workers port
     mkdir -p "$tmp/nginx-$1"
@@ -82,8 +71,8 @@ for loops in $LOOPS; do
     nginx_port=$(free_port)
     start_nginx "$loops" "$nginx_port"
     nginx_pid=$!
-    wait_until_up "$ferry_port"
-    wait_until_up "$nginx_port"
+    wait_until_answers "http://127.0.0.1:$ferry_port/healthz"
+    wait_until_answers "http://127.0.0.1:$nginx_port/healthz"
 
     ferry_runs=()
     nginx_runs=()

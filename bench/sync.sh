@@ -35,6 +35,7 @@
 # users this script signs up stay in the database; `ferry db reset` clears it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.bash
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
@@ -48,6 +49,10 @@ PULL_USERS=${PULL_USERS:-100}   # pgbench takes at most 128 scripts: one per use
 PUSH_DEVICES=${PUSH_DEVICES:-256}
 ROWS=${ROWS:-300}
 CHANGES=${CHANGES:-10}
+# A device's previous batch must be answered before its turn comes again (ids increase
+# per device), so devices must well outnumber the connections sending them.
+[ "$PUSH_DEVICES" -ge $((2 * CONNECTIONS)) ] ||
+    { echo "PUSH_DEVICES ($PUSH_DEVICES) must be at least twice CONNECTIONS ($CONNECTIONS)" >&2; exit 2; }
 BATCH=${BATCH:-50}
 PULL_LIMIT=${PULL_LIMIT:-1000}
 MIN_RATIO=${MIN_RATIO:-0.7}
@@ -69,9 +74,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 port=$(free_port)
 base="http://127.0.0.1:$port"
@@ -79,11 +81,7 @@ env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRE
     FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
     FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 "$FERRY" serve >/dev/null &
 ferry_pid=$!
-for _ in $(seq 100); do
-    curl -fs -o /dev/null "$base/readyz" && break
-    sleep 0.1
-done
-curl -fs -o /dev/null "$base/readyz" || { echo "ferry serve is not ready on port $port" >&2; exit 1; }
+wait_until_answers "$base/readyz"
 
 # The identity statement (Identity.statementSQL) and the push and pull statements
 # (SyncRoutes.swift), as the gateway sends them.
@@ -342,7 +340,6 @@ measure() {
     gw1=$(process_ticks "$ferry_pid")
     echo "$rate $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc) $(echo "($gw1 - $gw0) * 1000000 / $ticks_per_second / $count" | bc)"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # column $1 of the runs in array $2: median, and the runs joined by " / "
 column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
 listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
