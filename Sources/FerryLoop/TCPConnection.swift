@@ -257,8 +257,14 @@ public final class TCPConnection {
 extension TCPConnection {
     /// Opens a connection to `address` and calls `completion` on `loop` with it
     /// (not yet reading) or with the error.
+    ///
+    /// `from` binds the socket to a local address first (its port 0 lets the kernel
+    /// pick one). A load generator spreads connections over several loopback source
+    /// addresses (`127.0.0.2`, `127.0.0.3`, …) this way: each source address has its
+    /// own range of ephemeral ports (about 28,000 on Linux), so one destination can
+    /// take more connections than one source address allows.
     public static func connect(
-        on loop: EventLoop, to address: SocketAddress,
+        on loop: EventLoop, to address: SocketAddress, from source: SocketAddress? = nil,
         _ completion: @escaping (Result<TCPConnection, LoopError>) -> Void
     ) {
         loop.preconditionInEventLoop()
@@ -272,6 +278,14 @@ extension TCPConnection {
         }
         let handle = UnsafeMutablePointer<uv_tcp_t>.allocate(capacity: 1)
         uv_tcp_init(loop.uv, handle)
+        if let source {
+            let status = source.withSockAddr { sockaddr, _ in uv_tcp_bind(handle, sockaddr, 0) }
+            if status < 0 {
+                uv_close(asHandle(handle)) { $0?.deallocate() }
+                completion(.failure(LoopError(code: status, operation: "bind \(source)")))
+                return
+            }
+        }
         let request = UnsafeMutablePointer<uv_connect_t>.allocate(capacity: 1)
         request.pointee.data = Unmanaged.passRetained(Attempt(loop: loop, completion: completion)).toOpaque()
         let status = address.withSockAddr { sockaddr, _ in

@@ -66,6 +66,79 @@ private final class Collector: TCPConnectionDelegate {
         #expect(received == payload)
     }
 
+    @Test func connectsFromTheChosenSourceAddress() async throws {
+        let loop = EventLoop.spawn(name: "bind-source")
+        defer { loop.stop() }
+        // The listener reports each accepted peer's address; 127.0.0.0/8 is all loopback.
+        let peers: [String] = try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                do {
+                    var accepted: [String] = []
+                    let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                        connection in
+                        accepted.append(connection.remoteAddress ?? "?")
+                        connection.close()
+                    }
+                    let sources = try ["127.0.0.2", "127.0.0.3"].map { try SocketAddress(host: $0, port: 0) }
+                    var clients: [TCPConnection] = []
+                    func connectNext() {
+                        guard clients.count < sources.count else {
+                            // Both accepted by now or soon: wait for the listener's side.
+                            loop.schedule(after: 50) {
+                                listener.close()
+                                for client in clients { client.close() }
+                                continuation.resume(returning: accepted)
+                            }
+                            return
+                        }
+                        TCPConnection.connect(on: loop, to: listener.address, from: sources[clients.count]) { result in
+                            switch result {
+                            case .failure(let error):
+                                listener.close()
+                                continuation.resume(throwing: error)
+                            case .success(let client):
+                                clients.append(client)
+                                connectNext()
+                            }
+                        }
+                    }
+                    connectNext()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        #expect(peers.map { $0.split(separator: ":")[0] } == ["127.0.0.2", "127.0.0.3"])
+    }
+
+    @Test func bindingToAnAddressThatIsNotLocalFailsTheConnect() async throws {
+        let loop = EventLoop.spawn(name: "bind-fail")
+        defer { loop.stop() }
+        let error: LoopError? = try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                do {
+                    let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                        $0.close()
+                    }
+                    // 192.0.2.0/24 is reserved for documentation: never an address of this host.
+                    let source = try SocketAddress(host: "192.0.2.1", port: 0)
+                    TCPConnection.connect(on: loop, to: listener.address, from: source) { result in
+                        listener.close()
+                        switch result {
+                        case .failure(let error): continuation.resume(returning: error)
+                        case .success(let client):
+                            client.close()
+                            continuation.resume(returning: nil)
+                        }
+                    }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        #expect(error?.name == "EADDRNOTAVAIL")
+    }
+
     @Test func executeFromManyThreadsRunsEveryTaskOnTheLoop() async {
         let loop = EventLoop.spawn(name: "tasks")
         defer { loop.stop() }
