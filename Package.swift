@@ -10,6 +10,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "ferry", targets: ["ferry"]),
+        .executable(name: "ferry-load", targets: ["ferry-load"]),
         .library(name: "FerryGateway", targets: ["FerryGateway"]),
     ],
     targets: [
@@ -31,6 +32,9 @@ let package = Package(
             resources: []
         ),
         .executableTarget(name: "ferry", dependencies: ["FerryGateway"]),
+        /// The load generator's clients (WebSocket, SSE, sign-ups) and measurements; bench/ drives it.
+        .target(name: "FerryLoad", dependencies: ["FerryLoop", "CCrypto"]),
+        .executableTarget(name: "ferry-load", dependencies: ["FerryLoad", "FerryPostgres"]),
 
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, and small socket clients.
@@ -39,5 +43,6 @@ let package = Package(
         .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
         .testTarget(name: "FerryGatewayTests", dependencies: ["FerryGateway", "FerryTestSupport"]),
+        .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
     ]
 )

@@ -1,0 +1,201 @@
+import FerryLoad
+import FerryPostgres
+import Foundation
+
+/// The three measurements of bench/realtime.sh. Each prints `name value` lines.
+enum Measurements {
+    // MARK: - Idle streams
+
+    /// Opens N streams, waits `--settle-seconds`, and reports the servers' resident
+    /// memory per stream (and that they are all still open).
+    static func idle(_ options: Options) throws {
+        let count = try options.integer("streams")
+        let servers = try serverPIDs(options)
+        let transport = options.string("transport", default: "websocket")
+        printLine("idle_streams \(count)")
+        printLine("idle_transport \(transport)")
+        let before = try residentKiB(servers)
+        let fleet = try StreamFleet(options: options, count: count)
+        defer { fleet.stop() }
+        try reportOpening(fleet)
+        Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
+        let after = try residentKiB(servers)
+        let open = try fleet.openNow()
+        printLine("streams_open_after_settle \(open)")
+        reportMemory(before: before, after: after, streams: open)
+        guard open == count else { throw LoadError("\(count - open) of \(count) streams did not stay open") }
+    }
+
+    // MARK: - Cue latency
+
+    /// While N streams are open, commits a change for a random user among them at a
+    /// steady rate; reports commit → cue at the client and commit → NOTIFY at a bare
+    /// `LISTEN` connection (the floor), and the difference.
+    ///
+    /// "Commit" is when the writer sends its one-statement (autocommit) transaction:
+    /// both latencies start from that instant, so the statement's own time cancels out
+    /// of the difference.
+    static func latency(_ options: Options) throws {
+        let count = try options.integer("streams")
+        let table = options.string("table", default: "bench_items")
+        let rate = try options.double("rate", default: 200)
+        let seconds = try options.double("seconds", default: 20)
+        let quiet = UInt64(try options.integer("quiet-ms", default: 1000))
+        let mode = options.string("write", default: "upsert")
+        let configuration = try PostgresConfiguration(try options.string("database-url"), applicationName: "ferry-load")
+        let sql: String
+        switch mode {
+        case "upsert":
+            sql =
+                "insert into \(table) (id, user_id, n) values ($1::text, cast($1::text as uuid), 1) "
+                + "on conflict (id) do update set n = \(table).n + 1"
+        case "notify":
+            // The harness without cue triggers: the NOTIFY a trigger would send, by hand.
+            sql = "select pg_notify('ferry_cue', $1 || ' - \(table)')"
+        default:
+            throw UsageError("--write is upsert or notify, not \(mode)")
+        }
+        // The writer picks among the users whose streams are open (every user of the
+        // file when no stream is, to time the floor alone).
+        let tokens = try readTokens(try options.string("tokens"))
+        let users = (count > 0 ? tokens.prefix(count) : tokens[...]).map(\.userID)
+        guard users.count >= max(count, 1) else { throw LoadError("the token file has fewer than \(count) users") }
+        printLine("latency_streams \(count)")
+        printLine("latency_transport \(options.string("transport", default: "websocket"))")
+        let servers = try options.optionalString("server-pids").map { _ in try serverPIDs(options) }
+        let before = try servers.map(residentKiB)
+        let fleet = try StreamFleet(options: options, count: count, recordArrivals: true)
+        defer { fleet.stop() }
+        try reportOpening(fleet)
+        if let servers, let before {
+            reportMemory(before: before, after: try residentKiB(servers), streams: fleet.opened)
+        }
+
+        let floor = try CueFloor.start(configuration)
+        defer { floor.stop() }
+        let writer = try Writer.start(configuration)
+        defer { writer.stop() }
+        let run = writer.run(sql: sql, rate: rate, seconds: seconds, users: users, quietMilliseconds: quiet)
+        if let error = run.firstError { throw LoadError("\(run.errors) writes failed, first: \(error)") }
+        // Cues still on their way.
+        Thread.sleep(forTimeInterval: 2)
+
+        let index = Dictionary(
+            users.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { first, _ in first })
+        let floorArrivals = floor.received().compactMap { notification in
+            index[String(notification.owner)].map { CueLatency.Event(user: $0, at: notification.at) }
+        }
+        let ferry = count > 0 ? CueLatency.match(writes: run.writes, arrivals: try fleet.arrivals()) : []
+        let bare = CueLatency.match(writes: run.writes, arrivals: floorArrivals)
+        printLine("writes \(run.writes.count)")
+        printLine("writes_late \(run.late)")
+        report("writer_round_trip_ms", Percentiles(run.roundTrips))
+        report("floor_ms", Percentiles(bare.compactMap { $0 }))
+        printLine("floor_missing \(bare.filter { $0 == nil }.count)")
+        guard count > 0 else { return }
+        report("ferry_cue_ms", Percentiles(ferry.compactMap { $0 }))
+        printLine("ferry_cue_missing \(ferry.filter { $0 == nil }.count)")
+        if let cue = Percentiles(ferry.compactMap { $0 }), let floor = Percentiles(bare.compactMap { $0 }) {
+            printLine("ferry_added_ms_p50 \(milliseconds(cue.p50 - floor.p50))")
+            printLine("ferry_added_ms_p99 \(milliseconds(cue.p99 - floor.p99))")
+        }
+        // The same difference write by write, where both arrived.
+        let paired = zip(ferry, bare).compactMap { cue, floor in cue.flatMap { c in floor.map { c - $0 } } }
+        report("ferry_minus_floor_per_write_ms", Percentiles(paired))
+    }
+
+    // MARK: - Broadcast
+
+    /// With N streams open, one statement on a `shared` table per round: time from the
+    /// commit (statement sent) to the last stream's cue, and to the floor's NOTIFY.
+    static func broadcast(_ options: Options) throws {
+        let count = try options.integer("streams")
+        let table = options.string("table", default: "bench_news")
+        let rounds = max(1, try options.integer("rounds", default: 5))
+        let timeout = try options.double("cue-timeout-seconds", default: 10)
+        let configuration = try PostgresConfiguration(try options.string("database-url"), applicationName: "ferry-load")
+        printLine("broadcast_streams \(count)")
+        printLine("broadcast_transport \(options.string("transport", default: "websocket"))")
+        let servers = try options.optionalString("server-pids").map { _ in try serverPIDs(options) }
+        let before = try servers.map(residentKiB)
+        let fleet = try StreamFleet(options: options, count: count)
+        defer { fleet.stop() }
+        try reportOpening(fleet)
+        if let servers, let before {
+            reportMemory(before: before, after: try residentKiB(servers), streams: fleet.opened)
+        }
+        let floor = try CueFloor.start(configuration)
+        defer { floor.stop() }
+        let writer = try Writer.start(configuration)
+        defer { writer.stop() }
+
+        var lasts: [Double] = []
+        for round in 1...rounds {
+            let expected = try fleet.openNow()
+            let (sent, answered) = try writer.commit(
+                "insert into \(table) (id, body) values (1, $1) on conflict (id) do update set body = excluded.body",
+                ["round \(round) at \(monotonicNanoseconds())"])
+            var cued = (count: 0, latest: UInt64(0))
+            let deadline = sent + UInt64(timeout * 1e9)
+            while monotonicNanoseconds() < deadline {
+                cued = try fleet.cued(since: sent)
+                if cued.count >= expected { break }
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            let floorAt = floor.received().first { $0.owner == "*" && $0.at >= sent }?.at
+            let last = cued.count > 0 ? Double(cued.latest - sent) / 1e6 : .infinity
+            printLine(
+                "broadcast_round \(round) cued \(cued.count)/\(expected) last_ms \(milliseconds(last)) "
+                    + "floor_ms \(floorAt.map { milliseconds(Double($0 - sent) / 1e6) } ?? "none") "
+                    + "statement_ms \(milliseconds(Double(answered - sent) / 1e6))")
+            lasts.append(cued.count >= expected ? last : .infinity)
+            Thread.sleep(forTimeInterval: 1)
+        }
+        let sorted = lasts.sorted()
+        printLine("broadcast_last_ms_median \(milliseconds(sorted[(sorted.count - 1) / 2]))")
+        printLine("broadcast_last_ms_max \(milliseconds(sorted[sorted.count - 1]))")
+    }
+
+    // MARK: - Shared figures
+
+    private static func reportOpening(_ fleet: StreamFleet) throws {
+        printLine("streams_opened \(fleet.opened)")
+        printLine("stream_workers \(fleet.workers.count)")
+        printLine("open_seconds \(String(format: "%.2f", fleet.openSeconds))")
+        guard fleet.opened == fleet.requested else {
+            throw LoadError("only \(fleet.opened) of \(fleet.requested) streams opened")
+        }
+    }
+
+    private static func report(_ name: String, _ percentiles: Percentiles?) {
+        guard let percentiles else { return printLine("\(name)_count 0") }
+        printLine("\(name)_count \(percentiles.count)")
+        printLine("\(name)_p50 \(milliseconds(percentiles.p50))")
+        printLine("\(name)_p99 \(milliseconds(percentiles.p99))")
+        printLine("\(name)_max \(milliseconds(percentiles.max))")
+    }
+
+    private static func reportMemory(before: Int, after: Int, streams: Int) {
+        printLine("server_rss_before_kib \(before)")
+        printLine("server_rss_after_kib \(after)")
+        let perStream = streams > 0 ? Double(after - before) * 1024 / Double(streams) : 0
+        printLine("server_bytes_per_stream \(Int(perStream.rounded()))")
+    }
+
+    private static func serverPIDs(_ options: Options) throws -> [Int32] {
+        let pids = try options.string("server-pids").split(separator: ",").compactMap { Int32($0) }
+        guard !pids.isEmpty else { throw UsageError("--server-pids wants process ids, comma-separated") }
+        return pids
+    }
+
+    /// The summed `VmRSS` of `pids`, in KiB.
+    static func residentKiB(_ pids: [Int32]) throws -> Int {
+        try pids.map { pid in
+            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])
+            else { throw LoadError("no VmRSS for process \(pid)") }
+            return kib
+        }.reduce(0, +)
+    }
+}
