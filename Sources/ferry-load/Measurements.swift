@@ -68,7 +68,8 @@ enum Measurements {
         defer { fleet.stop() }
         try reportOpening(fleet)
         if let servers, let before {
-            reportMemory(before: before, after: try residentKiB(servers), streams: fleet.opened)
+            Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
+            reportMemory(before: before, after: try residentKiB(servers), streams: try fleet.openNow())
         }
 
         let floor = try CueFloor.start(configuration)
@@ -122,7 +123,8 @@ enum Measurements {
         defer { fleet.stop() }
         try reportOpening(fleet)
         if let servers, let before {
-            reportMemory(before: before, after: try residentKiB(servers), streams: fleet.opened)
+            Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
+            reportMemory(before: before, after: try residentKiB(servers), streams: try fleet.openNow())
         }
         let floor = try CueFloor.start(configuration)
         defer { floor.stop() }

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Realtime: cue latency, idle-stream memory and broadcast through `ferry serve` (issue 5,
+# "Benchmarks"), driven by ferry-load (Sources/ferry-load; usage in bench/README.md).
+#
+#   latency    LATENCY_STREAMS (1,000 and 10,000) WebSocket streams open, one per user; a
+#              libpq writer commits an upsert into bench_items (lww) for a random user
+#              among them, RATE a second for WRITE_SECONDS. Commit -> cue at that user's
+#              stream, p50/p99/max, and in the same run commit -> NOTIFY at a bare libpq
+#              `LISTEN ferry_cue` connection: the floor. "Commit" is the instant the
+#              writer sends its one-statement transaction; both latencies start there.
+#              Goal at 10,000 streams: Ferry minus floor < 1 ms at p50, < 5 ms at p99.
+#   idle       IDLE_STREAMS (10,000 and 50,000) idle streams per transport; the gateways'
+#              VmRSS (/proc/<pid>/status) after every stream said hello and SETTLE
+#              seconds passed, minus before any opened, over the streams.
+#              Goals: < 4 KiB per SSE stream, < 12 KiB per WebSocket stream.
+#   broadcast  with BROADCAST_STREAMS (50,000) streams open, one upsert on bench_news
+#              (a `shared` table) per round, ROUNDS rounds: commit -> the last stream's
+#              cue. Goal: < 250 ms (the median round). The 50,000-stream idle figures
+#              come from these runs (memory is read before the first round).
+#
+# Each figure is the median of RUNS runs; every idle and broadcast run starts fresh
+# gateways, so memory freed by an earlier run cannot hide a later run's. The
+# streams come from ferry-load worker processes on source addresses spread over
+# 127.0.0.0/8 (one address per 20,000 streams: ~28,000 ephemeral ports per address).
+#
+# One process can hold at most `ulimit -Hn` descriptors, and raising the hard limit needs
+# CAP_SYS_RESOURCE. The script raises the soft limit to the hard one; when one gateway
+# cannot hold the streams (e.g. 50,000 with a hard limit of 20,000), it runs as many
+# `ferry serve` processes as needed on one port (SO_REUSEPORT spreads the connections),
+# each with its own LISTEN connection, as DESIGN.md's "Scale past one machine" does, and
+# sums their memory. The latency runs always use one gateway. It prints how many.
+#
+# Usage: bench/realtime.sh   (env: RUNS=3 LATENCY_STREAMS="1000 10000" IDLE_STREAMS=10000
+#        BROADCAST_STREAMS=50000 RATE=200 WRITE_SECONDS=20 ROUNDS=5 SETTLE=3 LOOPS=2
+#        POOL_SIZE=2 TRANSPORTS="websocket sse"; REALTIME_SKIP_CUE_COST=1 skips cue-cost.sh)
+# Ferry is the release `ferry serve` logged in as ferry_gateway, against the embedded
+# database (`make db`; the port follows FERRY_DEV_PG_PORT), migrated with sql/ferry; the
+# bench tables are created here. The users it signs up stay; `ferry db reset` clears them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.bash
+
+RUNS=${RUNS:-3}
+LATENCY_STREAMS=${LATENCY_STREAMS:-"1000 10000"}
+IDLE_STREAMS=${IDLE_STREAMS:-10000}
+BROADCAST_STREAMS=${BROADCAST_STREAMS:-50000}
+TRANSPORTS=${TRANSPORTS:-"websocket sse"}
+RATE=${RATE:-200}
+WRITE_SECONDS=${WRITE_SECONDS:-20}
+ROUNDS=${ROUNDS:-5}
+SETTLE=${SETTLE:-3}
+LOOPS=${LOOPS:-2}
+POOL_SIZE=${POOL_SIZE:-2}
+GOAL_ADDED_P50_MS=${GOAL_ADDED_P50_MS:-1}
+GOAL_ADDED_P99_MS=${GOAL_ADDED_P99_MS:-5}
+GOAL_SSE_BYTES=${GOAL_SSE_BYTES:-4096}
+GOAL_WEBSOCKET_BYTES=${GOAL_WEBSOCKET_BYTES:-12288}
+GOAL_BROADCAST_MS=${GOAL_BROADCAST_MS:-250}
+
+swift build -c release --product ferry >&2
+swift build -c release --product ferry-load >&2
+BIN=$(swift build -c release --show-bin-path)
+FERRY=$BIN/ferry
+LOAD=$BIN/ferry-load
+OWNER_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql >&2
+GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >/dev/null <<'SQL'
+create table if not exists public.bench_items (id text primary key, user_id uuid not null, n int);
+select ferry.register_table('public.bench_items', strategy => 'lww');
+create table if not exists public.bench_news (id int primary key, body text);
+select ferry.register_table('public.bench_news', strategy => 'shared');
+SQL
+
+# Every stream is a descriptor, in the gateway and in ferry-load.
+ulimit -n "$(ulimit -Hn)"
+streams_per_gateway=$(($(ulimit -n) - 1000))
+most=$BROADCAST_STREAMS
+for n in $LATENCY_STREAMS $IDLE_STREAMS; do [ "$n" -gt "$most" ] && most=$n; done
+gateways_for() { echo $((($1 + streams_per_gateway - 1) / streams_per_gateway)); }
+echo "open-file limit $(ulimit -n): up to $streams_per_gateway streams per gateway process" >&2
+
+tmp=$(mktemp -d)
+gateway_pids=()
+stop_gateways() {
+    for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${gateway_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    gateway_pids=()
+}
+cleanup() {
+    stop_gateways
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+port=$(free_port)
+base="http://127.0.0.1:$port"
+secret=$(head -c 32 /dev/urandom | base64)
+# Starts $1 gateways on one port (SO_REUSEPORT) and waits until each answers /readyz.
+start_gateways() {
+    stop_gateways
+    local i
+    for i in $(seq "$1"); do
+        env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$secret \
+            FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
+            FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
+            "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
+        gateway_pids+=($!)
+    done
+    wait_until_answers "$base/readyz"
+    # Each connection lands on one of the processes; enough tries reach every one.
+    for _ in $(seq $((20 * $1))); do curl -fs -o /dev/null "$base/readyz" || { sleep 0.2; continue; }; done
+    wait_until_answers "$base/readyz"
+    sleep 1
+}
+pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }
+
+# One user and token per stream, signed up through the API once, reused by every run.
+start_gateways 1
+echo "signing up $most anonymous users" >&2
+"$LOAD" signup --url "$base" --count "$most" --out "$tmp/tokens.tsv" >&2
+
+# Runs ferry-load, keeps its output in $tmp/$1.out (name), and fails loudly when it does.
+load() {
+    local name=$1
+    shift
+    if ! "$LOAD" "$@" --url "$base" --tokens "$tmp/tokens.tsv" >"$tmp/$name.out" 2>"$tmp/$name.err"; then
+        echo "ferry-load $1 failed:" >&2
+        cat "$tmp/$name.out" "$tmp/$name.err" >&2
+        exit 1
+    fi
+    cat "$tmp/$name.out" >>"$tmp/all.out"
+}
+figure() { awk -v key="$2" '$1 == key { print $2 }' "$tmp/$1.out"; }
+# Appends figure $3 of run output $2 to the file of runs $1.
+keep() { figure "$2" "$3" >>"$tmp/runs.$1"; }
+median_of() { median <"$tmp/runs.$1"; }
+listed() { paste -sd/ "$tmp/runs.$1" | sed 's|/| / |g'; }
+
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for run in $(seq "$RUNS"); do
+    for n in $LATENCY_STREAMS; do
+        echo "run $run: cue latency, $n WebSocket streams, $RATE writes/s for $WRITE_SECONDS s" >&2
+        start_gateways 1
+        load "latency-$n-$run" latency --streams "$n" --transport websocket --database-url "$OWNER_URL" \
+            --table bench_items --rate "$RATE" --seconds "$WRITE_SECONDS" --server-pids "$(pid_list)" \
+            --settle-seconds 1
+        for f in ferry_cue_ms_p50 ferry_cue_ms_p99 ferry_cue_ms_max floor_ms_p50 floor_ms_p99 floor_ms_max \
+            ferry_added_ms_p50 ferry_added_ms_p99 ferry_cue_missing floor_missing writes; do
+            keep "latency-$n-$f" "latency-$n-$run" "$f"
+        done
+    done
+    for transport in $TRANSPORTS; do
+        for n in $IDLE_STREAMS; do
+            echo "run $run: $n idle $transport streams" >&2
+            start_gateways "$(gateways_for "$n")"
+            load "idle-$transport-$n-$run" idle --streams "$n" --transport "$transport" \
+                --server-pids "$(pid_list)" --settle-seconds "$SETTLE"
+            keep "idle-$transport-$n" "idle-$transport-$n-$run" server_bytes_per_stream
+        done
+        n=$BROADCAST_STREAMS
+        echo "run $run: broadcast to $n $transport streams ($(gateways_for "$n") gateways)" >&2
+        start_gateways "$(gateways_for "$n")"
+        load "broadcast-$transport-$run" broadcast --streams "$n" --transport "$transport" \
+            --database-url "$OWNER_URL" --table bench_news --rounds "$ROUNDS" --server-pids "$(pid_list)" \
+            --settle-seconds "$SETTLE"
+        keep "idle-$transport-$n" "broadcast-$transport-$run" server_bytes_per_stream
+        keep "broadcast-$transport" "broadcast-$transport-$run" broadcast_last_ms_median
+        grep '^broadcast_round' "$tmp/broadcast-$transport-$run.out" >&2
+    done
+done
+stop_gateways
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# PASS when $1 is a number below $2 (a run that timed out reports `inf`).
+below() { [[ $1 =~ ^-?[0-9.]+$ ]] && [ "$(echo "$1 < $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
+echo
+echo "Cue latency, commit -> cue (ms, median of $RUNS runs; WebSocket; $RATE writes/s for $WRITE_SECONDS s)"
+printf '%-8s %28s %28s %20s %10s\n' streams "Ferry p50 / p99 / max" "floor p50 / p99 / max" "added p50 / p99" missing
+for n in $LATENCY_STREAMS; do
+    printf '%-8s %28s %28s %20s %10s\n' "$n" \
+        "$(median_of "latency-$n-ferry_cue_ms_p50") / $(median_of "latency-$n-ferry_cue_ms_p99") / $(median_of "latency-$n-ferry_cue_ms_max")" \
+        "$(median_of "latency-$n-floor_ms_p50") / $(median_of "latency-$n-floor_ms_p99") / $(median_of "latency-$n-floor_ms_max")" \
+        "$(median_of "latency-$n-ferry_added_ms_p50") / $(median_of "latency-$n-ferry_added_ms_p99")" \
+        "$(listed "latency-$n-ferry_cue_missing")"
+    echo "  runs, added p50: $(listed "latency-$n-ferry_added_ms_p50"); added p99: $(listed "latency-$n-ferry_added_ms_p99")"
+done
+echo
+echo "Idle streams: gateway resident memory per stream (bytes, median of $RUNS runs)"
+for transport in $TRANSPORTS; do
+    for n in $IDLE_STREAMS $BROADCAST_STREAMS; do
+        printf '  %-10s %6s streams (%s gateway process(es)): %8s   runs %s\n' "$transport" "$n" \
+            "$(gateways_for "$n")" "$(median_of "idle-$transport-$n")" "$(listed "idle-$transport-$n")"
+    done
+done
+echo
+echo "Broadcast: one shared-table statement -> the last of $BROADCAST_STREAMS streams cued (ms; median round, median of $RUNS runs)"
+for transport in $TRANSPORTS; do
+    printf '  %-10s %8s   runs %s\n' "$transport" "$(median_of "broadcast-$transport")" "$(listed "broadcast-$transport")"
+done
+echo
+largest=${LATENCY_STREAMS##* }
+added50=$(median_of "latency-$largest-ferry_added_ms_p50")
+added99=$(median_of "latency-$largest-ferry_added_ms_p99")
+printf '%-58s %10s  %s (goal < %s)\n' "cue latency added at p50, $largest streams (ms)" "$added50" \
+    "$(below "$added50" "$GOAL_ADDED_P50_MS")" "$GOAL_ADDED_P50_MS"
+printf '%-58s %10s  %s (goal < %s)\n' "cue latency added at p99, $largest streams (ms)" "$added99" \
+    "$(below "$added99" "$GOAL_ADDED_P99_MS")" "$GOAL_ADDED_P99_MS"
+for transport in $TRANSPORTS; do
+    goal=$GOAL_WEBSOCKET_BYTES
+    [ "$transport" = sse ] && goal=$GOAL_SSE_BYTES
+    for n in $IDLE_STREAMS $BROADCAST_STREAMS; do
+        value=$(median_of "idle-$transport-$n")
+        printf '%-58s %10s  %s (goal < %s)\n' "memory per idle $transport stream, $n streams (bytes)" "$value" \
+            "$(below "$value" "$goal")" "$goal"
+    done
+    value=$(median_of "broadcast-$transport")
+    printf '%-58s %10s  %s (goal < %s)\n' "broadcast to $BROADCAST_STREAMS $transport streams (ms)" "$value" \
+        "$(below "$value" "$GOAL_BROADCAST_MS")" "$GOAL_BROADCAST_MS"
+done
+
+# The write cost of cues (another benchmark), when it is there.
+if [ -x bench/cue-cost.sh ] && [ "${REALTIME_SKIP_CUE_COST:-0}" != 1 ]; then
+    echo
+    echo "== bench/cue-cost.sh"
+    bench/cue-cost.sh
+fi
