@@ -34,7 +34,7 @@ final class StreamRegistry {
     var opened = 0
 }
 
-/// An ``HTTPServer`` on one loop whose `GET /ws` and `GET /sse` take the connection over
+/// An ``HTTPServer`` on one loop whose `GET /ws` (after ``WebSocketHandshake``) and `GET /sse` take the connection over
 /// into a ``WebSocketStream`` or a ``ServerSentEventStream``.
 ///
 /// A stream obeys the text messages its client sends: `close:<code>:<reason>` closes it,
@@ -77,6 +77,19 @@ final class StreamTestServer {
                 }
             }
             var router = Router()
+            router.get("/ws") { request, responder in
+                switch WebSocketHandshake.validate(request) {
+                case .failure(let refusal):
+                    responder.respond(refusal.response)
+                case .success(let handshake):
+                    responder.takeOver { tcp, buffered in
+                        let stream = WebSocketStream.open(
+                            tcp: tcp, bufferedBytes: buffered, handshake: handshake, maxMessageBytes: maxMessageBytes,
+                            closeTimeoutMilliseconds: closeTimeoutMilliseconds)
+                        register(stream, tcp: tcp)
+                    }
+                }
+            }
             router.get("/sse") { _, responder in
                 responder.takeOver { tcp, buffered in
                     register(
