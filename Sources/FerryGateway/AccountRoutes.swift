@@ -38,6 +38,18 @@ final class Accounts: Sendable {
     func authenticate(
         _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
     ) -> Result<Identity, APIError> {
+        verifiedClaims(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map { claims in
+            Identity(
+                userID: claims.userID.uuidString.lowercased(),
+                sessionID: claims.sessionID.uuidString.lowercased(), deviceID: claims.deviceID,
+                isAnonymous: claims.isAnonymous)
+        }
+    }
+
+    /// The verified claims of `request`'s access token (see ``authenticate(_:allowQueryToken:checkRevocation:)``).
+    func verifiedClaims(
+        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
+    ) -> Result<AccessTokenClaims, APIError> {
         var token: Substring?
         if let header = request.headers["Authorization"] {
             let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
@@ -49,6 +61,12 @@ final class Accounts: Sendable {
             token = Substring(query)
         }
         guard let token else { return .failure(.unauthorized("an access token is required")) }
+        return verifiedClaims(token: token, checkRevocation: checkRevocation)
+    }
+
+    /// The claims of an access token if its signature and times are good and its
+    /// session is not revoked (when `checkRevocation`).
+    func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, APIError> {
         switch tokens.verify(token) {
         case .failure(.expired):
             return .failure(APIError(status: 401, code: "token_expired", message: "the access token has expired"))
@@ -58,11 +76,7 @@ final class Accounts: Sendable {
             if checkRevocation && revoked.isRevoked(claims.sessionID) {
                 return .failure(Self.sessionRevoked)
             }
-            return .success(
-                Identity(
-                    userID: claims.userID.uuidString.lowercased(),
-                    sessionID: claims.sessionID.uuidString.lowercased(), deviceID: claims.deviceID,
-                    isAnonymous: claims.isAnonymous))
+            return .success(claims)
         }
     }
 
@@ -85,17 +99,29 @@ final class Accounts: Sendable {
     }
 
     /// Forgets sessions revoked by any gateway: called with each `ferry_revoked`
-    /// notification's payload.
-    func noteRevocation(payload: String) {
+    /// notification's payload. Returns the revocation, for closing the session's streams.
+    @discardableResult
+    func noteRevocation(payload: String) -> Revocation? {
         guard let data = payload.data(using: .utf8),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
             let text = object["session"] as? String, let session = UUID(uuidString: text)
         else {
             logger.log(.warning, "unreadable revocation notification", ["payload": payload])
-            return
+            return nil
         }
         revoked.revoke(session, until: Int(Date().timeIntervalSince1970) + revocationHorizonSeconds)
+        return Revocation(
+            sessionID: session, userID: (object["user"] as? String).flatMap(UUID.init(uuidString:)),
+            reason: object["reason"] as? String ?? "")
     }
+}
+
+/// A session revoked by sign-out, token reuse or account deletion (`ferry_revoked`).
+struct Revocation: Sendable {
+    var sessionID: UUID
+    var userID: UUID?
+    /// `signed_out`, `token_reused` or `account_deleted` (0002's `announce_revocation` callers).
+    var reason: String
 }
 
 // MARK: - Bodies

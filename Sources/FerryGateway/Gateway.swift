@@ -23,8 +23,7 @@ public final class Gateway: Sendable {
     private let purger: LoopBound<TombstonePurger>?
     let accounts: Accounts
 
-    /// The channel database triggers notify; cues are the realtime issue's, the
-    /// connection and its readiness are here.
+    /// The channel the cue triggers of registered tables notify (0010).
     static let cueChannel = "ferry_cue"
     /// The channel account functions notify when they revoke a session.
     static let revocationChannel = "ferry_revoked"
@@ -43,10 +42,17 @@ public final class Gateway: Sendable {
             configuration.listenDatabaseURL, applicationName: "ferry-listener")
         let group = LoopGroup(count: configuration.threads)
         self.group = group
+        let accounts = Accounts(configuration: configuration, logger: logger)
+        self.accounts = accounts
+        let streamSettings = CueHub.Settings(
+            heartbeatMilliseconds: configuration.streamHeartbeatMilliseconds,
+            tokenWarningSeconds: configuration.streamTokenWarningSeconds,
+            maxUnsentBytes: configuration.streamMaxUnsentBytes)
         let made = Mutex<[Int: LoopBound<Worker>]>([:])
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
-            let worker = Worker(loop: loop, pool: pool, logger: logger)
+            let worker = Worker(
+                loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(worker, loop: loop) }
         }
@@ -71,8 +77,6 @@ public final class Gateway: Sendable {
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
             idleTimeout: .seconds(configuration.idleTimeoutSeconds))
         let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus)
-        let accounts = Accounts(configuration: configuration, logger: logger)
-        self.accounts = accounts
         let accountRoutes = AccountRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
@@ -103,9 +107,11 @@ public final class Gateway: Sendable {
         let logger = self.logger
         let status = listenerStatus
         let accounts = self.accounts
+        let workers = self.workers
         let worker = workers[0]
         listener.loop.execute {
             let connection = listener.value
+            let cues = CueBatcher(loop: listener.loop, workers: workers, status: status, logger: logger)
             connection.onStateChange = { state in
                 let connected = state == .connected
                 status.isConnected = connected
@@ -113,9 +119,18 @@ public final class Gateway: Sendable {
                 // Revocations announced while nobody listened would be lost: reload them.
                 if connected { Self.reloadRevocations(worker.value, accounts) }
             }
+            connection.onGap = {
+                status.reconnected()
+                // Cues sent while nobody listened are lost: every stream pulls.
+                for worker in workers { worker.loop.execute { worker.value.hub.cueEveryStream() } }
+            }
             connection.onNotification = { notification in
-                if notification.channel == Self.revocationChannel {
-                    accounts.noteRevocation(payload: notification.payload)
+                if notification.channel == Self.cueChannel {
+                    cues.add(notification.payload)
+                } else if notification.channel == Self.revocationChannel,
+                    let revocation = accounts.noteRevocation(payload: notification.payload)
+                {
+                    for worker in workers { worker.loop.execute { worker.value.hub.revoke(revocation) } }
                 }
             }
             connection.start()
@@ -152,7 +167,19 @@ public final class Gateway: Sendable {
     /// then closes pools and the listener and stops the loops.
     public func shutdown() async {
         let deadline = ContinuousClock.now + .seconds(configuration.shutdownTimeoutSeconds)
+        // Streams are not the HTTP server's (taken over): each loop's hub sends what is
+        // pending and closes them 1001 while requests in flight finish.
+        async let streamsClosed: Void = withTaskGroup(of: Void.self) { group in
+            for worker in workers {
+                group.addTask {
+                    await withCheckedContinuation { continuation in
+                        worker.loop.execute { worker.value.hub.shutdown { continuation.resume() } }
+                    }
+                }
+            }
+        }
         await server.shutdown(deadline: deadline)
+        await streamsClosed
         listener.loop.execute { [listener] in listener.value.stop() }
         if let purger {
             await withCheckedContinuation { continuation in
@@ -229,13 +256,25 @@ public final class Gateway: Sendable {
     }
 }
 
-/// Whether the LISTEN connection is up: written on the listener's loop, read by
-/// `/readyz` on any loop.
+/// The LISTEN connection's state and counters: written on the listener's loop, read
+/// by `/readyz` and `/metrics` on any loop.
 final class ListenerStatus: Sendable {
     private let connected = Atomic<Bool>(false)
+    private let reconnectCount = Atomic<Int>(0)
+    private let cueCount = Atomic<Int>(0)
 
     var isConnected: Bool {
         get { connected.load(ordering: .relaxed) }
         set { connected.store(newValue, ordering: .relaxed) }
+    }
+
+    func reconnected() { reconnectCount.add(1, ordering: .relaxed) }
+
+    func cuesReceived(_ count: Int) { cueCount.add(count, ordering: .relaxed) }
+
+    var figures: ListenerFigures {
+        ListenerFigures(
+            isConnected: isConnected, reconnects: reconnectCount.load(ordering: .relaxed),
+            cuesReceived: cueCount.load(ordering: .relaxed))
     }
 }

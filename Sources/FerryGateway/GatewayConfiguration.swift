@@ -46,6 +46,15 @@ public struct GatewayConfiguration: Sendable {
     /// Failed sign-ins allowed per email and per client address per hour.
     public var failedSignInsPerHour: Int
 
+    /// Milliseconds between stream heartbeats (`heartbeat_ms` of `hello`).
+    public var streamHeartbeatMilliseconds: Int
+    /// Seconds before token expiry a stream gets `token_expiring`.
+    public var streamTokenWarningSeconds: Int
+    /// Largest message a WebSocket client may send, bytes (larger: close 1009).
+    public var streamMaxMessageBytes: Int
+    /// Unsent bytes over which a stream is closed `4008 too_slow`.
+    public var streamMaxUnsentBytes: Int
+
     /// Seconds between in-process tombstone purges; nil: no timer (run `ferry purge-tombstones`).
     public var purgeTombstonesEverySeconds: Int?
     /// How old a tombstone must be before a purge deletes it, seconds.
@@ -103,6 +112,18 @@ public struct GatewayConfiguration: Sendable {
             "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
             help: "failed sign-ins per email and per client address per hour (more: 429)"),
         Setting(
+            "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
+            help: "milliseconds between stream heartbeats (WebSocket ping, SSE comment)"),
+        Setting(
+            "stream-token-warning", env: "FERRY_STREAM_TOKEN_WARNING", default: "60",
+            help: "seconds before token expiry a stream is sent token_expiring"),
+        Setting(
+            "stream-max-message-bytes", env: "FERRY_STREAM_MAX_MESSAGE_BYTES", default: "16384",
+            help: "largest message a WebSocket client may send (larger: close 1009)"),
+        Setting(
+            "stream-max-unsent-bytes", env: "FERRY_STREAM_MAX_UNSENT_BYTES", default: "65536",
+            help: "unsent bytes over which a stream is closed 4008 too_slow"),
+        Setting(
             "purge-tombstones-every", env: "FERRY_PURGE_TOMBSTONES_EVERY",
             help: "purge old tombstones in-process this often, e.g. 1h (default: off)", isOptional: true),
         Setting(
@@ -138,6 +159,10 @@ public struct GatewayConfiguration: Sendable {
         tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
         anonymousSignUpsPerHour = try values.integer("anonymous-signups-per-hour", in: 1...1_000_000_000)!
         failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
+        streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
+        streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
+        streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!
+        streamMaxUnsentBytes = try values.integer("stream-max-unsent-bytes", in: 1024...(1 << 30))!
         purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
         tombstoneRetentionSeconds = try values.duration("tombstone-retention")!
     }

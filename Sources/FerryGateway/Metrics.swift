@@ -1,3 +1,5 @@
+import FerryHTTP
+
 /// Request and connection counters of one event loop. Loop thread only.
 ///
 /// Each loop counts into its own instance, so the hot path takes no lock;
@@ -34,6 +36,37 @@ public final class LoopMetrics {
         snapshot.openConnections -= 1
     }
 
+    /// Upper bounds of the cue latency histogram buckets, in seconds.
+    public static let cueLatencyBuckets: [Double] = [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1, 10,
+    ]
+
+    /// Counts a stream opening.
+    public func streamOpened(_ transport: EventStreamTransport) {
+        snapshot.openStreams[transport, default: 0] += 1
+    }
+
+    /// Counts a stream closing.
+    public func streamClosed(_ transport: EventStreamTransport) {
+        snapshot.openStreams[transport, default: 0] -= 1
+    }
+
+    /// Counts a cue sent to a stream, with the time from its (oldest) notification's arrival.
+    public func cueSent(latencyNanoseconds: UInt64) {
+        snapshot.cuesSent += 1
+        snapshot.cueLatency.observe(Double(latencyNanoseconds) / 1_000_000_000)
+    }
+
+    /// Counts a cue merged into one a stream already owed.
+    public func cueCoalesced() {
+        snapshot.cuesCoalesced += 1
+    }
+
+    /// Counts a stream closed `4008 too_slow`.
+    public func streamTooSlow() {
+        snapshot.tooSlowCloses += 1
+    }
+
     /// A copy of the counters, to hand to another thread.
     public func copy() -> MetricsSnapshot { snapshot }
 }
@@ -49,19 +82,27 @@ public struct MetricsSnapshot: Sendable {
         public var status: Int
     }
 
-    /// A cumulative histogram over ``LoopMetrics/durationBuckets``.
+    /// A cumulative histogram over fixed bucket bounds.
     public struct Histogram: Sendable {
+        /// The buckets' upper bounds, seconds.
+        public let bounds: [Double]
         /// Observations at or under each bucket's bound (not yet cumulative).
-        public var counts = [Int](repeating: 0, count: LoopMetrics.durationBuckets.count)
+        public var counts: [Int]
         /// Every observation.
         public var count = 0
         /// The sum of observations, seconds.
         public var sum = 0.0
 
+        /// An empty histogram over `bounds` (request durations by default).
+        public init(bounds: [Double] = LoopMetrics.durationBuckets) {
+            self.bounds = bounds
+            counts = Array(repeating: 0, count: bounds.count)
+        }
+
         mutating func observe(_ value: Double) {
             count += 1
             sum += value
-            if let bucket = LoopMetrics.durationBuckets.firstIndex(where: { value <= $0 }) { counts[bucket] += 1 }
+            if let bucket = bounds.firstIndex(where: { value <= $0 }) { counts[bucket] += 1 }
         }
 
         mutating func merge(_ other: Histogram) {
@@ -85,6 +126,16 @@ public struct MetricsSnapshot: Sendable {
     public var poolIdle = 0
     /// Requests waiting for a database connection now.
     public var poolWaiting = 0
+    /// Streams open now, by transport.
+    public var openStreams: [EventStreamTransport: Int] = [:]
+    /// Cues written to streams.
+    public var cuesSent = 0
+    /// Cues merged into one a stream already owed (never sent on their own).
+    public var cuesCoalesced = 0
+    /// Streams closed `4008 too_slow`.
+    public var tooSlowCloses = 0
+    /// Notification received → cue bytes written.
+    public var cueLatency = Histogram(bounds: LoopMetrics.cueLatencyBuckets)
 
     /// An empty snapshot.
     public init() {}
@@ -102,10 +153,15 @@ public struct MetricsSnapshot: Sendable {
         poolInUse += other.poolInUse
         poolIdle += other.poolIdle
         poolWaiting += other.poolWaiting
+        openStreams.merge(other.openStreams, uniquingKeysWith: +)
+        cuesSent += other.cuesSent
+        cuesCoalesced += other.cuesCoalesced
+        tooSlowCloses += other.tooSlowCloses
+        cueLatency.merge(other.cueLatency)
     }
 
     /// The Prometheus text exposition (version 0.0.4) of these counters.
-    public func prometheusText(listenerConnected: Bool) -> String {
+    public func prometheusText(listener: ListenerFigures) -> String {
         var out = ""
         out += "# HELP ferry_build_info Ferry version.\n# TYPE ferry_build_info gauge\n"
         out += "ferry_build_info{version=\"\(Ferry.version)\"} 1\n"
@@ -117,14 +173,7 @@ public struct MetricsSnapshot: Sendable {
         out += "# HELP ferry_http_request_duration_seconds Time from a request's last byte to its response.\n"
         out += "# TYPE ferry_http_request_duration_seconds histogram\n"
         for (route, histogram) in durations.sorted(by: { $0.key < $1.key }) {
-            var cumulative = 0
-            for (index, bound) in LoopMetrics.durationBuckets.enumerated() {
-                cumulative += histogram.counts[index]
-                out += "ferry_http_request_duration_seconds_bucket{route=\"\(route)\",le=\"\(bound)\"} \(cumulative)\n"
-            }
-            out += "ferry_http_request_duration_seconds_bucket{route=\"\(route)\",le=\"+Inf\"} \(histogram.count)\n"
-            out += "ferry_http_request_duration_seconds_sum{route=\"\(route)\"} \(histogram.sum)\n"
-            out += "ferry_http_request_duration_seconds_count{route=\"\(route)\"} \(histogram.count)\n"
+            out += histogramLines("ferry_http_request_duration_seconds", labels: "route=\"\(route)\",", histogram)
         }
         out += gauge("ferry_http_open_connections", "HTTP connections open now.", openConnections)
         out += "# HELP ferry_http_connections_total HTTP connections accepted.\n"
@@ -132,11 +181,61 @@ public struct MetricsSnapshot: Sendable {
         out += gauge("ferry_db_pool_in_use", "Database connections checked out by requests.", poolInUse)
         out += gauge("ferry_db_pool_idle", "Database connections open and idle.", poolIdle)
         out += gauge("ferry_db_pool_waiting", "Requests waiting for a database connection.", poolWaiting)
-        out += gauge("ferry_listener_connected", "1 when the LISTEN connection is up.", listenerConnected ? 1 : 0)
+        out += gauge("ferry_listener_connected", "1 when the LISTEN connection is up.", listener.isConnected ? 1 : 0)
+        out += counter(
+            "ferry_listener_reconnects_total", "Times the LISTEN connection came back after a loss.",
+            listener.reconnects)
+        out += counter("ferry_cues_received_total", "ferry_cue notifications received.", listener.cuesReceived)
+        out += "# HELP ferry_streams_open Streams open now, by transport.\n# TYPE ferry_streams_open gauge\n"
+        for transport in EventStreamTransport.allCases {
+            out += "ferry_streams_open{transport=\"\(transport.rawValue)\"} \(openStreams[transport] ?? 0)\n"
+        }
+        out += counter("ferry_cues_sent_total", "Cues written to streams.", cuesSent)
+        out += counter(
+            "ferry_cues_coalesced_total", "Cues merged into one a stream already owed.", cuesCoalesced)
+        out += counter("ferry_stream_too_slow_total", "Streams closed 4008 too_slow.", tooSlowCloses)
+        out += "# HELP ferry_cue_latency_seconds Notification received to cue written.\n"
+        out += "# TYPE ferry_cue_latency_seconds histogram\n"
+        out += histogramLines("ferry_cue_latency_seconds", labels: "", cueLatency)
         return out
+    }
+
+    private func histogramLines(_ name: String, labels: String, _ histogram: Histogram) -> String {
+        var out = ""
+        var cumulative = 0
+        for (index, bound) in histogram.bounds.enumerated() {
+            cumulative += histogram.counts[index]
+            out += "\(name)_bucket{\(labels)le=\"\(bound)\"} \(cumulative)\n"
+        }
+        out += "\(name)_bucket{\(labels)le=\"+Inf\"} \(histogram.count)\n"
+        let plain = labels.isEmpty ? "" : "{\(labels.dropLast())}"
+        out += "\(name)_sum\(plain) \(histogram.sum)\n"
+        out += "\(name)_count\(plain) \(histogram.count)\n"
+        return out
+    }
+
+    private func counter(_ name: String, _ help: String, _ value: Int) -> String {
+        "# HELP \(name) \(help)\n# TYPE \(name) counter\n\(name) \(value)\n"
     }
 
     private func gauge(_ name: String, _ help: String, _ value: Int) -> String {
         "# HELP \(name) \(help)\n# TYPE \(name) gauge\n\(name) \(value)\n"
+    }
+}
+
+/// The process-wide listener figures `/metrics` prints beside the loops' counters.
+public struct ListenerFigures: Sendable {
+    /// Whether the LISTEN connection is up now.
+    public var isConnected: Bool
+    /// Times it came back after a loss.
+    public var reconnects: Int
+    /// `ferry_cue` notifications received.
+    public var cuesReceived: Int
+
+    /// Figures as given.
+    public init(isConnected: Bool, reconnects: Int = 0, cuesReceived: Int = 0) {
+        self.isConnected = isConnected
+        self.reconnects = reconnects
+        self.cuesReceived = cuesReceived
     }
 }

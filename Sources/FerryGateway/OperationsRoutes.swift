@@ -47,7 +47,7 @@ final class OperationsRoutes: Sendable {
             worker.loop.execute {
                 let snapshot = worker.value.snapshot()
                 guard let total = gather.add(snapshot) else { return }
-                let text = total.prometheusText(listenerConnected: listenerStatus.isConnected)
+                let text = total.prometheusText(listener: listenerStatus.figures)
                 responder.loop.execute {
                     var response = HTTPResponse.text(text)
                     response.headers.replaceOrAdd(

@@ -2,19 +2,21 @@ import FerryHTTP
 import FerryLoop
 import FerryPostgres
 
-/// One event loop's share of the gateway: its database pool, counters and log
-/// buffer. Loop thread only; handlers on that loop reach it without locks.
+/// One event loop's share of the gateway: its database pool, counters, log buffer
+/// and streams. Loop thread only; handlers on that loop reach it without locks.
 final class Worker: HTTPObserver {
     let loop: EventLoop
     let pool: PostgresPool
     let metrics = LoopMetrics()
     let log: LogBuffer
+    let hub: CueHub
 
-    init(loop: EventLoop, pool: PostgresPool, logger: Logger) {
+    init(loop: EventLoop, pool: PostgresPool, logger: Logger, streams: CueHub.Settings, accounts: Accounts) {
         loop.preconditionInEventLoop()
         self.loop = loop
         self.pool = pool
         self.log = LogBuffer(logger: logger, loop: loop)
+        hub = CueHub(loop: loop, settings: streams, accounts: accounts, metrics: metrics)
     }
 
     /// The counters of this loop, with its pool's gauges.

@@ -220,10 +220,11 @@ final class HTTPConnection: TCPConnectionDelegate {
     }
 }
 
-/// The monotonic clock the HTTP layer measures with, in nanoseconds.
-enum MonotonicClock {
+/// The monotonic clock Ferry measures durations with (CLOCK_MONOTONIC): never jumps.
+public enum MonotonicClock {
+    /// Nanoseconds since an arbitrary start.
     @inline(__always)
-    static func now() -> UInt64 {
+    public static func now() -> UInt64 {
         var time = timespec()
         clock_gettime(CLOCK_MONOTONIC, &time)
         return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)

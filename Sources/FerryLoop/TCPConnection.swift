@@ -8,8 +8,16 @@ public protocol TCPConnectionDelegate: AnyObject {
     func connectionDidReachEnd(_ connection: TCPConnection)
     /// Unsent bytes fell back under the low-water mark after reading was paused for them.
     func connectionDidDrain(_ connection: TCPConnection)
+    /// Every byte that had to wait in the write queue is written: nothing is unsent.
+    /// Not called for writes the kernel took at once.
+    func connectionDidFlush(_ connection: TCPConnection)
     /// The connection is closed; `error` is nil for a close this side asked for. Called once.
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?)
+}
+
+extension TCPConnectionDelegate {
+    /// Does nothing: most owners only care about ``connectionDidDrain(_:)``.
+    public func connectionDidFlush(_ connection: TCPConnection) {}
 }
 
 /// A TCP stream on one loop with an owned write queue and backpressure. Loop thread only.
@@ -65,6 +73,16 @@ public final class TCPConnection {
         }
         guard status == 0 else { return nil }
         return SocketAddress(storage).description
+    }
+
+    /// Sets the socket's kernel send buffer (`SO_SNDBUF`; Linux doubles the value and
+    /// applies a minimum). A small buffer keeps a stream of tiny messages cheap in the
+    /// kernel and makes a peer that stops reading show up quickly as ``unsentBytes``.
+    public func setSendBufferSize(_ bytes: Int) throws(LoopError) {
+        guard state == .open else { return }
+        var value = Int32(clamping: bytes)
+        try LoopError.check(
+            uv_send_buffer_size(asHandle(handle), &value), "send buffer size \(bytes)")
     }
 
     // MARK: - Reading
@@ -193,6 +211,7 @@ public final class TCPConnection {
             updateReading()
             delegate?.connectionDidDrain(self)
         }
+        if pendingWrites == 0 && state == .open { delegate?.connectionDidFlush(self) }
     }
 
     // MARK: - Closing

@@ -41,7 +41,7 @@ import Testing
         var merged = MetricsSnapshot()
         merged.merge(metrics.copy())
         merged.merge(metrics.copy())
-        let text = merged.prometheusText(listenerConnected: true)
+        let text = merged.prometheusText(listener: ListenerFigures(isConnected: true))
         #expect(text.contains("ferry_http_requests_total{route=\"/healthz\",status=\"200\"} 4\n"))
         #expect(text.contains("ferry_http_requests_total{route=\"unmatched\",status=\"404\"} 2\n"))
         #expect(text.contains("ferry_http_request_duration_seconds_bucket{route=\"/healthz\",le=\"0.0005\"} 2\n"))

@@ -120,8 +120,12 @@ import Testing
                 try await database.rows(
                     """
                     select tgname::text, tgfoid::regprocedure::text from pg_trigger
-                    where tgrelid = 'profiles'::regclass and not tgisinternal
-                    """) == [["ferry_stamp", "ferry.stamp_row()"]])
+                    where tgrelid = 'profiles'::regclass and not tgisinternal order by 1
+                    """)
+                    == [
+                        ["ferry_cue_delete", "ferry.send_cues()"], ["ferry_cue_insert", "ferry.send_cues()"],
+                        ["ferry_cue_update", "ferry.send_cues()"], ["ferry_stamp", "ferry.stamp_row()"],
+                    ])
             let indexes = """
                 select pg_get_indexdef(indexrelid) from pg_index
                 where indrelid = $1::regclass and not indisprimary order by 1

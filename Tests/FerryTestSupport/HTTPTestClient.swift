@@ -36,14 +36,20 @@ public final class HTTPTestClient {
     /// Connects to `host:port` (numeric IPv4); receives time out after `timeout` seconds.
     /// `source` binds the local end to that address first (any of 127.0.0.0/8 works on
     /// loopback), so a test can be several clients as the server counts them.
-    public init(host: String = "127.0.0.1", port: Int, timeout: Double = 5, source: String? = nil) throws {
+    /// `receiveBufferBytes` shrinks the kernel's receive buffer (before connecting, so
+    /// the window follows), for tests of a client that stops reading.
+    public init(
+        host: String = "127.0.0.1", port: Int, timeout: Double = 5, source: String? = nil,
+        receiveBufferBytes: Int32? = nil
+    ) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HTTPTestClientError(description: "socket: errno \(errno)") }
-        var time = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        setTimeout(timeout)
+        if var size = receiveBufferBytes {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         if let source {
             var local = sockaddr_in()
             local.sin_family = sa_family_t(AF_INET)
@@ -76,6 +82,13 @@ public final class HTTPTestClient {
     }
 
     deinit { close() }
+
+    /// Changes how long each receive and send may wait, seconds.
+    public func setTimeout(_ timeout: Double) {
+        var time = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &time, socklen_t(MemoryLayout<timeval>.size))
+    }
 
     // MARK: - Sending
 
@@ -144,6 +157,22 @@ public final class HTTPTestClient {
         while buffer.count < count { try receiveMore() }
         defer { buffer.removeFirst(count) }
         return Array(buffer[..<count])
+    }
+
+    /// Reads up to and including the first `delimiter` (an SSE event's blank line, say).
+    public func readThrough(_ delimiter: [UInt8]) throws -> [UInt8] {
+        var searchFrom = 0
+        while true {
+            if buffer.count >= delimiter.count {
+                for index in searchFrom...(buffer.count - delimiter.count)
+                where buffer[index..<(index + delimiter.count)].elementsEqual(delimiter) {
+                    defer { buffer.removeFirst(index + delimiter.count) }
+                    return Array(buffer[..<(index + delimiter.count)])
+                }
+                searchFrom = buffer.count - delimiter.count + 1
+            }
+            try receiveMore()
+        }
     }
 
     /// Waits up to the receive timeout for the server to close; true when it did

@@ -1,0 +1,48 @@
+import FerryHTTP
+import FerryLoop
+
+/// Gathers the listener's `ferry_cue` notifications on its loop and hands each batch
+/// to every worker loop's ``CueHub``: one wake-up per loop per batch, not per
+/// notification. Listener loop only.
+///
+/// libpq hands over every notification a read brought; the batch goes out right after
+/// that iteration's I/O (an ``IterationHook``), so batching adds no waiting.
+final class CueBatcher {
+    private let workers: [LoopBound<Worker>]
+    private let status: ListenerStatus
+    private let logger: Logger
+    private var batch: [Cue] = []
+    private var hook: IterationHook?
+
+    init(loop: EventLoop, workers: [LoopBound<Worker>], status: ListenerStatus, logger: Logger) {
+        self.workers = workers
+        self.status = status
+        self.logger = logger
+        hook = IterationHook(loop: loop) { [weak self] in self?.flush() }
+    }
+
+    /// Adds one notification's payload to the batch.
+    func add(_ payload: String) {
+        guard let cue = Cue(payload: payload, receivedAt: MonotonicClock.now()) else {
+            logger.log(.warning, "unreadable cue notification", ["payload": payload])
+            return
+        }
+        batch.append(cue)
+    }
+
+    private func flush() {
+        guard !batch.isEmpty else { return }
+        let cues = batch
+        batch.removeAll(keepingCapacity: true)
+        status.cuesReceived(cues.count)
+        for worker in workers {
+            worker.loop.execute { worker.value.hub.deliver(cues) }
+        }
+    }
+
+    /// Stops batching; what is gathered is dropped.
+    func close() {
+        hook?.close()
+        hook = nil
+    }
+}

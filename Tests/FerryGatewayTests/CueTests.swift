@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+/// The pieces of the cue path that need no socket: payload parsing, the messages,
+/// coalescing and the timing wheel.
+@Suite struct CueTests {
+    @Test func parsesAUsersCueWithItsOrigin() throws {
+        let cue = try #require(
+            Cue(payload: "8c5e1a5e-2f4b-4a8e-9d43-1b2c3d4e5f60 3b1f0000-0000-4000-8000-000000000001 game_records"))
+        #expect(cue.audience == .user(UUID(uuidString: "8c5e1a5e-2f4b-4a8e-9d43-1b2c3d4e5f60")!))
+        #expect(cue.origin == "3b1f0000-0000-4000-8000-000000000001")
+        #expect(cue.table == "game_records")
+    }
+
+    @Test func parsesASharedCueWithoutOriginAndATableNameWithSpaces() throws {
+        let cue = try #require(Cue(payload: "* - daily news"))
+        #expect(cue.audience == .everyone)
+        #expect(cue.origin == nil)
+        #expect(cue.table == "daily news")
+    }
+
+    @Test func refusesPayloadsThatAreNotCues() {
+        for payload in ["", "*", "* -", "* - ", "not-a-uuid - t", "{\"session\":1}"] {
+            #expect(Cue(payload: payload) == nil, "\(payload)")
+        }
+    }
+
+    @Test func messagesAreProtocolJSON() throws {
+        let user = UUID(uuidString: "8C5E1A5E-2F4B-4A8E-9D43-1B2C3D4E5F60")!
+        let hello = String(
+            decoding: StreamMessage.hello(userID: user, deviceID: "d\"1", heartbeatMilliseconds: 25_000), as: UTF8.self)
+        #expect(
+            hello
+                == #"{"type":"hello","user_id":"8c5e1a5e-2f4b-4a8e-9d43-1b2c3d4e5f60","device_id":"d\"1","heartbeat_ms":25000}"#
+        )
+        #expect(
+            String(decoding: StreamMessage.cue(tables: ["a", "b"], origin: nil), as: UTF8.self)
+                == #"{"type":"cue","tables":["a","b"],"origin":null}"#)
+        #expect(
+            String(decoding: StreamMessage.tokenExpiring(inMilliseconds: 1500), as: UTF8.self)
+                == #"{"type":"token_expiring","in_ms":1500}"#)
+        // Every message parses as JSON.
+        for bytes in [hello.utf8.map { $0 }, StreamMessage.cue(tables: ["x"], origin: "d")] {
+            #expect(try JSONSerialization.jsonObject(with: Data(bytes)) is [String: Any])
+        }
+    }
+
+    @Test func coalescingMergesTablesAndForgetsAnOriginThatDiffers() {
+        var pending = PendingCue(table: "a", origin: "phone", since: 5)
+        pending.merge(table: "b", origin: "phone")
+        pending.merge(table: "a", origin: "phone")
+        #expect(
+            String(decoding: pending.message, as: UTF8.self) == #"{"type":"cue","tables":["a","b"],"origin":"phone"}"#)
+        pending.merge(table: "c", origin: "tablet")
+        #expect(
+            String(decoding: pending.message, as: UTF8.self) == #"{"type":"cue","tables":["a","b","c"],"origin":null}"#)
+        pending.merge(table: nil, origin: nil)
+        pending.merge(table: "d", origin: nil)
+        #expect(String(decoding: pending.message, as: UTF8.self) == #"{"type":"cue","tables":[],"origin":null}"#)
+        #expect(pending.since == 5)
+    }
+
+    final class Item {
+        let name: String
+        init(_ name: String) { self.name = name }
+    }
+
+    @Test func theWheelFiresEachDeadlineOnceAndNeverEarly() {
+        var wheel = TimingWheel<Item>(tickMilliseconds: 100, slotCount: 8, now: 1_000)
+        wheel.schedule(Item("soon"), at: 1_150)
+        wheel.schedule(Item("later"), at: 1_950)
+        // Beyond one turn of the wheel (8 × 100 ms): must wait for its own turn.
+        wheel.schedule(Item("far"), at: 3_000)
+        var fired: [String] = []
+        for now in stride(from: UInt64(1_000), through: 3_100, by: 50) {
+            wheel.advance(to: now) { item, deadline in
+                #expect(deadline <= now)
+                fired.append("\(item.name)@\(now)")
+            }
+        }
+        #expect(fired == ["soon@1200", "later@2000", "far@3000"])
+        #expect(wheel.count == 0)
+    }
+
+    @Test func theWheelCatchesUpAfterAStallAndTakesPastDeadlinesAtTheNextTick() {
+        var wheel = TimingWheel<Item>(tickMilliseconds: 100, slotCount: 4, now: 0)
+        wheel.schedule(Item("a"), at: 150)
+        wheel.schedule(Item("b"), at: 1_000)
+        var fired: [String] = []
+        wheel.advance(to: 5_000) { item, _ in fired.append(item.name) }
+        #expect(fired.sorted() == ["a", "b"])
+        wheel.schedule(Item("past"), at: 10)
+        wheel.advance(to: 5_050) { item, _ in fired.append(item.name) }
+        #expect(fired.count == 2)
+        wheel.advance(to: 5_100) { item, _ in fired.append(item.name) }
+        #expect(fired.last == "past")
+    }
+}

@@ -1,0 +1,382 @@
+import FerryLoop
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FerryGateway
+
+/// `sql/ferry/0010_cues.sql`: the statement triggers of every synced table send one
+/// `pg_notify('ferry_cue', '<owner> <device> <table>')` per distinct owner per statement,
+/// received here by a real `LISTEN` connection (FerryPostgres' `Listener`).
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct CueTriggerTests {
+    static let tables = """
+        create table public.notes (id int primary key, user_id uuid, body text);
+        select ferry.register_table('notes', 'lww');
+        create table public.boxes (id int primary key, owner_id uuid not null, label text);
+        select ferry.register_table('boxes', 'lww', owner_column => 'owner_id');
+        create table public.news (id int primary key, title text);
+        select ferry.register_table('news', 'shared');
+        create table public.games (user_id uuid not null, slot text not null, primary key (user_id, slot));
+        select ferry.register_table('games', 'device_lock');
+        """
+
+    /// A migrated database with `tables`, three users and a listener on `ferry_cue`.
+    func withCues(
+        _ body: (AccountsDatabase, CueInbox, _ users: [String]) async throws -> Void
+    ) async throws {
+        try await AccountsDatabase.with { database in
+            try await database.admin.execute(Self.tables)
+            let users = [try await database.newUser(), try await database.newUser(), try await database.newUser()]
+            try await CueInbox.with(database.database.configuration) { inbox in
+                try await body(database, inbox, users)
+            }
+        }
+    }
+
+    // MARK: - Owners
+
+    @Test func multiRowInsertCuesEachOwnerOnce() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.query(
+                "insert into notes (id, user_id) select g, case when g % 2 = 0 then $1 else $2 end::uuid from generate_series(1, 10) g",
+                [users[0], users[1]])
+            let cues = try await inbox.drain(database.admin)
+            #expect(cues.count == 2, "\(cues)")
+            #expect(Set(cues) == ["\(users[0]) - notes", "\(users[1]) - notes"])
+        }
+    }
+
+    @Test func theWritingDeviceIsNamedWhenSet() async throws {
+        try await withCues { database, inbox, users in
+            let device = UUID().uuidString.lowercased()
+            let client = try await database.connectAsClient(user: users[0], device: device)
+            let answer = try await client.push([
+                ["id": 1, "table": "notes", "op": "upsert", "row": ["id": 1, "body": "a"]],
+                ["id": 2, "table": "notes", "op": "upsert", "row": ["id": 2, "body": "b"]],
+                ["id": 3, "table": "notes", "op": "delete", "key": ["id": 1]],
+            ])
+            #expect(answer.outcomes == ["applied", "applied", "applied"], "\(answer)")
+            // Every statement of the batch cued the same owner: PostgreSQL folds them into one.
+            #expect(try await inbox.drain(database.admin) == ["\(users[0]) \(device) notes"])
+
+            try await database.admin.execute(
+                """
+                begin;
+                select set_config('ferry.device_id', 'cron-7', true);
+                insert into notes (id, user_id) values (20, '\(users[1])');
+                commit;
+                begin;
+                select set_config('ferry.device_id', '', true);
+                insert into notes (id, user_id) values (21, '\(users[1])');
+                commit;
+                begin;
+                select set_config('ferry.device_id', 'not one word', true);
+                insert into notes (id, user_id) values (22, '\(users[2])');
+                commit;
+                """)
+            #expect(
+                try await inbox.drain(database.admin) == [
+                    "\(users[1]) cron-7 notes", "\(users[1]) - notes", "\(users[2]) - notes",
+                ])
+            await client.close()
+        }
+    }
+
+    @Test func reowningRowsCuesTheOldAndTheNewOwner() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.query(
+                "insert into notes (id, user_id) select g, $1::uuid from generate_series(1, 4) g", [users[0]])
+            try await database.admin.query(
+                "insert into boxes (id, owner_id) select g, $1::uuid from generate_series(1, 4) g", [users[0]])
+            _ = try await inbox.drain(database.admin)
+
+            try await database.admin.query("update notes set user_id = $1 where id <= 2", [users[1]])
+            let notes = try await inbox.drain(database.admin)
+            #expect(notes.count == 2 && Set(notes) == ["\(users[0]) - notes", "\(users[1]) - notes"], "\(notes)")
+            // An owner column other than user_id goes through the generic branch.
+            try await database.admin.query("update boxes set owner_id = $1 where id <= 2", [users[2]])
+            let boxes = try await inbox.drain(database.admin)
+            #expect(boxes.count == 2 && Set(boxes) == ["\(users[0]) - boxes", "\(users[2]) - boxes"], "\(boxes)")
+            try await database.admin.query("update boxes set label = 'x'")
+            let relabelled = try await inbox.drain(database.admin)
+            #expect(relabelled.count == 2 && Set(relabelled) == ["\(users[0]) - boxes", "\(users[2]) - boxes"])
+        }
+    }
+
+    @Test func deletingRowsCuesTheirOwnersButDeletingTombstonesDoesNot() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.query(
+                "insert into notes (id, user_id) values (1, $1), (2, $2), (3, $2)", [users[0], users[1]])
+            try await database.admin.query(
+                "insert into boxes (id, owner_id) values (1, $1), (2, $2)", [users[0], users[1]])
+            _ = try await inbox.drain(database.admin)
+
+            try await database.admin.query("delete from notes where id in (1, 2)")
+            let deleted = try await inbox.drain(database.admin)
+            #expect(deleted.count == 2 && Set(deleted) == ["\(users[0]) - notes", "\(users[1]) - notes"])
+            try await database.admin.query("delete from boxes where id = 2")
+            #expect(try await inbox.drain(database.admin) == ["\(users[1]) - boxes"])
+
+            // A tombstone's delete (a purge) tells no client anything new.
+            try await database.admin.query("update notes set _deleted = true where id = 3")
+            #expect(try await inbox.drain(database.admin) == ["\(users[1]) - notes"])
+            try await database.admin.query("delete from notes where id = 3")
+            try await database.admin.query("update boxes set _deleted = true")
+            _ = try await inbox.drain(database.admin)
+            try await database.admin.query("delete from boxes")
+            #expect(try await inbox.drain(database.admin) == [])
+        }
+    }
+
+    @Test func tenThousandRowsOverThreeOwnersSendThreeSmallCues() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.query(
+                """
+                insert into notes (id, user_id, body)
+                select g, (array[$1, $2, $3]::uuid[])[g % 3 + 1], repeat('x', 100) from generate_series(1, 10000) g
+                """, users)
+            let inserted = try await inbox.drain(database.admin)
+            #expect(Set(inserted) == Set(users.map { "\($0) - notes" }) && inserted.count == 3, "\(inserted)")
+            #expect(inserted.allSatisfy { $0.utf8.count < 120 })
+            try await database.admin.query("update notes set body = 'y'")
+            #expect(try await inbox.drain(database.admin).count == 3)
+        }
+    }
+
+    @Test func statementsThatTouchNoRowCueNothing() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.query("insert into notes (id, user_id) values (1, $1)", [users[0]])
+            _ = try await inbox.drain(database.admin)
+            try await database.admin.execute(
+                """
+                insert into notes (id, user_id) select 2, user_id from notes where false;
+                update notes set body = 'x' where id = 99;
+                delete from notes where id = 99;
+                insert into news (id) select 1 where false;
+                update news set title = 'x';
+                delete from news;
+                """)
+            #expect(try await inbox.drain(database.admin) == [])
+        }
+    }
+
+    @Test func aRolledBackTransactionCuesNothing() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.execute(
+                """
+                begin;
+                insert into notes (id, user_id) values (1, '\(users[0])');
+                insert into news (id, title) values (1, 'draft');
+                rollback;
+                """)
+            #expect(try await inbox.drain(database.admin) == [])
+            // A rejected mutation's subtransaction takes its cue with it.
+            let client = try await database.connectAsClient(user: users[0])
+            let answer = try await client.push([
+                ["id": 1, "table": "boxes", "op": "upsert", "row": ["id": 1, "label": "x", "owner_id": users[1]]]
+            ])
+            #expect(answer.outcomes == ["rejected:forbidden"], "\(answer)")
+            #expect(try await inbox.drain(database.admin) == [])
+            await client.close()
+        }
+    }
+
+    // MARK: - Shared tables
+
+    @Test func aSharedTableCuesEveryUserOncePerStatement() async throws {
+        try await withCues { database, inbox, _ in
+            try await database.admin.query("insert into news (id, title) select g, 'n' from generate_series(1, 50) g")
+            #expect(try await inbox.drain(database.admin) == ["* - news"])
+            try await database.admin.execute(
+                """
+                begin;
+                select set_config('ferry.device_id', 'editor', true);
+                update news set title = 'm' where id < 10;
+                commit;
+                """)
+            #expect(try await inbox.drain(database.admin) == ["* editor news"])
+            try await database.admin.query("delete from news where id = 1")
+            #expect(try await inbox.drain(database.admin) == ["* - news"])
+        }
+    }
+
+    // MARK: - Locks
+
+    @Test func claimingTakingOverAndReleasingCueButHeartbeatsDoNot() async throws {
+        try await withCues { database, inbox, users in
+            let phone = try await database.connectAsClient(user: users[0], device: "phone")
+            let tablet = try await database.connectAsClient(user: users[0], device: "tablet")
+            func status(_ client: RequestConnection, _ sql: String) async throws -> String? {
+                let answer = try await client.query(sql)[0, 0] ?? ""
+                let object = try JSONSerialization.jsonObject(with: Data(answer.utf8)) as? [String: Any]
+                return object?["status"] as? String
+            }
+
+            #expect(try await status(phone, "select ferry.claim_lock('games', 'current')") == "ok")
+            #expect(try await inbox.drain(database.admin) == ["\(users[0]) phone games"])
+            #expect(try await status(phone, "select ferry.heartbeat_lock('games', 'current')") == "ok")
+            #expect(try await status(phone, "select ferry.heartbeat_lock('games', 'current')") == "ok")
+            #expect(try await inbox.drain(database.admin) == [])
+            #expect(try await status(tablet, "select ferry.claim_lock('games', 'current', true)") == "ok")
+            #expect(try await inbox.drain(database.admin) == ["\(users[0]) tablet games"])
+            #expect(try await status(phone, "select ferry.heartbeat_lock('games', 'current')") == "lock_lost")
+            #expect(try await inbox.drain(database.admin) == [])
+            #expect(try await status(tablet, "select ferry.release_lock('games', 'current')") == "ok")
+            #expect(try await inbox.drain(database.admin) == ["\(users[0]) tablet games"])
+
+            // The rest of a heartbeat's transaction cues as before.
+            #expect(try await status(tablet, "select ferry.claim_lock('games', 'current')") == "ok")
+            #expect(try await inbox.drain(database.admin) == ["\(users[0]) tablet games"])
+            try await tablet.client.execute("begin")
+            try await tablet.client.query(tablet.identity.statement)
+            try await tablet.client.query("select ferry.heartbeat_lock('games', 'current')")
+            try await tablet.client.query("select ferry.release_lock('games', 'current')")
+            try await tablet.client.execute("commit")
+            #expect(try await inbox.drain(database.admin) == ["\(users[0]) tablet games"])
+            await phone.close()
+            await tablet.close()
+        }
+    }
+
+    // MARK: - Registration
+
+    @Test func registerTableInstallsOneTriggerPerEventAndFollowsTheStrategy() async throws {
+        try await withCues { database, inbox, users in
+            let triggers = """
+                select tgname::text, (pg_get_triggerdef(oid) like '%REFERENCING%FOR EACH STATEMENT%')::text,
+                    substring(pg_get_triggerdef(oid) from 'ferry.send_cues\\((.*)\\)$')
+                from pg_trigger where tgrelid = 'notes'::regclass and tgname like 'ferry_cue%' order by 1
+                """
+            #expect(
+                try await database.rows(triggers) == [
+                    ["ferry_cue_delete", "true", "'user_id'"], ["ferry_cue_insert", "true", "'user_id'"],
+                    ["ferry_cue_update", "true", "'user_id'"],
+                ])
+            // Registered again as shared, the same triggers cue everyone.
+            try await database.admin.query("select ferry.register_table('notes', 'shared')")
+            #expect(try await database.rows(triggers).map { $0[2] } == ["", "", ""])
+            try await database.admin.query("insert into notes (id, user_id) values (1, $1)", [users[0]])
+            #expect(try await inbox.drain(database.admin) == ["* - notes"])
+        }
+    }
+
+    @Test func aTableRegisteredBeforeTheCueMigrationCues() async throws {
+        try await TestDatabase.with(prefix: "ferry_cues") { database in
+            let admin = try await database.connect()
+            // sql/ferry without 0010 and after it the puzzle example, as a database migrated
+            // before 0010 existed; then the real directories, which apply only 0010.
+            let earlier = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "ferry-before-cues-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: earlier) }
+            try FileManager.default.createDirectory(at: earlier, withIntermediateDirectories: true)
+            let ferry = MigratorTests.sqlRoot + "/ferry"
+            for file in try FileManager.default.contentsOfDirectory(atPath: ferry) where file < "0010" {
+                try FileManager.default.copyItem(
+                    atPath: ferry + "/" + file, toPath: earlier.appendingPathComponent(file).path)
+            }
+            let puzzle = MigratorTests.sqlRoot + "/examples/puzzle"
+            try await Migrator(directories: [
+                MigrationDirectory(path: earlier.path, label: "ferry"), MigrationDirectory(path: puzzle),
+            ]).migrate(admin)
+            #expect(
+                try await admin.query("select count(*) from pg_trigger where tgname like 'ferry_cue%'")[0, 0] == "0")
+            let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
+            #expect(applied == ["ferry/0010_cues.sql"])
+
+            try await CueInbox.with(database.configuration) { inbox in
+                let user = UUID().uuidString.lowercased()
+                try await admin.query(
+                    "insert into game_records (id, user_id, puzzle_id, seconds, finished_at) values ('g1', $1, 'p', 60, now())",
+                    [user])
+                #expect(try await inbox.drain(admin) == ["\(user) - game_records"])
+                try await admin.query("insert into daily_puzzles (day, grid) values ('2026-01-01', repeat('0', 81))")
+                #expect(try await inbox.drain(admin) == ["* - daily_puzzles"])
+            }
+            await admin.close()
+        }
+    }
+}
+
+// MARK: - A LISTEN connection
+
+/// A `Listener` on `ferry_cue` on its own loop thread, collecting every payload.
+final class CueInbox: Sendable {
+    private let loop: EventLoop
+    private let listener: LoopBound<Listener>
+    private let payloads = Mutex<[String]>([])
+    private let connected = Atomic<Bool>(false)
+    private let sentinels = Atomic<Int>(0)
+
+    private init(loop: EventLoop, listener: LoopBound<Listener>) {
+        self.loop = loop
+        self.listener = listener
+    }
+
+    /// Listens with `configuration` (waiting until it listens), runs `body`, stops.
+    static func with(_ configuration: PostgresConfiguration, _ body: (CueInbox) async throws -> Void) async throws {
+        let loop = EventLoop.spawn(name: "cue-inbox")
+        let listener = await withCheckedContinuation { continuation in
+            loop.execute {
+                continuation.resume(
+                    returning: LoopBound(
+                        Listener(loop: loop, configuration: configuration, channels: ["ferry_cue"]), loop: loop))
+            }
+        }
+        let inbox = CueInbox(loop: loop, listener: listener)
+        loop.execute {
+            listener.value.onNotification = { notification in
+                inbox.payloads.withLock { $0.append(notification.payload) }
+            }
+            listener.value.onStateChange = { inbox.connected.store($0 == .connected, ordering: .relaxed) }
+            listener.value.start()
+        }
+        do {
+            try await inbox.wait("the listener to connect") { inbox.connected.load(ordering: .relaxed) }
+            try await body(inbox)
+        } catch {
+            await inbox.stop()
+            throw error
+        }
+        await inbox.stop()
+    }
+
+    /// The payloads received since the last drain, in order of arrival: sends a sentinel
+    /// notification through `sender` and waits for it, so every transaction committed
+    /// before this call has been heard (notifications arrive in commit order).
+    func drain(_ sender: PostgresClient) async throws -> [String] {
+        let sentinel = "sentinel \(sentinels.add(1, ordering: .relaxed).newValue)"
+        try await sender.query("select pg_notify('ferry_cue', $1)", [sentinel])
+        try await wait("the sentinel notification") { self.payloads.withLock { $0.contains(sentinel) } }
+        return payloads.withLock { payloads in
+            guard let index = payloads.firstIndex(of: sentinel) else {
+                preconditionFailure("the sentinel was seen and only drain removes payloads")
+            }
+            defer { payloads.removeSubrange(...index) }
+            return Array(payloads[..<index])
+        }
+    }
+
+    /// Polls `condition` every 10 ms for at most 20 s.
+    private func wait(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        for _ in 0..<2_000 where ContinuousClock.now < deadline {
+            if condition() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw AccountsTestError("waited 20 s for \(what)")
+    }
+
+    private func stop() async {
+        let (loop, listener) = (self.loop, self.listener)
+        await withCheckedContinuation { continuation in
+            loop.execute {
+                listener.value.stop()
+                continuation.resume()
+            }
+        }
+        loop.stop()
+    }
+}

@@ -1,0 +1,265 @@
+import FerryHTTP
+import FerryLoop
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// Why ``RawWebSocket`` gave up.
+struct RawWebSocketError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// A WebSocket client over a plain socket that writes frames byte by byte, so tests can
+/// send what a library would refuse to (unmasked, oversized, not UTF-8).
+final class RawWebSocket {
+    let client: HTTPTestClient
+
+    /// Connects to `GET /ws` of `server` and completes the handshake; `early` is sent
+    /// right behind the request, before the `101` arrives.
+    init(_ server: StreamTestServer, timeout: Double = 5, early: [UInt8] = []) throws {
+        client = try server.client(timeout: timeout)
+        let key = "dGhlIHNhbXBsZSBub25jZQ=="
+        try client.send(
+            Array(
+                ("GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8) + early)
+        let response = try client.readResponse()
+        guard response.status == 101, response.header("Sec-WebSocket-Accept") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" else {
+            throw RawWebSocketError(description: "handshake answered \(response.status) \(response.headers)")
+        }
+    }
+
+    /// Sends one frame; client frames are masked unless `masked` is false.
+    func send(opcode: UInt8, _ payload: [UInt8], fin: Bool = true, masked: Bool = true) throws {
+        try client.send(Self.frame(opcode: opcode, payload, fin: fin, masked: masked))
+    }
+
+    /// The bytes of one client frame.
+    static func frame(opcode: UInt8, _ payload: [UInt8], fin: Bool = true, masked: Bool = true) -> [UInt8] {
+        var frame: [UInt8] = [(fin ? 0x80 : 0) | opcode]
+        let maskBit: UInt8 = masked ? 0x80 : 0
+        if payload.count < 126 {
+            frame.append(maskBit | UInt8(payload.count))
+        } else if payload.count <= 0xFFFF {
+            frame.append(maskBit | 126)
+            frame += [UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        } else {
+            frame.append(maskBit | 127)
+            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
+        }
+        if masked {
+            let mask: [UInt8] = [0x37, 0xFA, 0x21, 0x3D]
+            frame += mask
+            frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        } else {
+            frame += payload
+        }
+        return frame
+    }
+
+    func sendText(_ text: String) throws { try send(opcode: 0x1, Array(text.utf8)) }
+
+    /// Reads one server frame (servers do not mask).
+    func readFrame() throws -> (opcode: UInt8, payload: [UInt8]) {
+        let head = try client.readBytes(2)
+        guard head[1] & 0x80 == 0 else { throw RawWebSocketError(description: "the server masked a frame") }
+        var length = Int(head[1] & 0x7F)
+        if length == 126 {
+            length = try client.readBytes(2).reduce(0) { $0 << 8 | Int($1) }
+        } else if length == 127 {
+            length = try client.readBytes(8).reduce(0) { $0 << 8 | Int($1) }
+        }
+        return (head[0] & 0x0F, try client.readBytes(length))
+    }
+
+    /// Reads frames until a close frame; returns its code and reason.
+    func readClose() throws -> (code: UInt16, reason: String) {
+        for _ in 0..<100 {
+            let frame = try readFrame()
+            guard frame.opcode == 0x8 else { continue }
+            guard frame.payload.count >= 2 else { return (1005, "") }
+            return (
+                UInt16(frame.payload[0]) << 8 | UInt16(frame.payload[1]),
+                String(decoding: frame.payload[2...], as: UTF8.self)
+            )
+        }
+        throw RawWebSocketError(description: "no close frame in 100 frames")
+    }
+
+    func readText() throws -> String {
+        let frame = try readFrame()
+        guard frame.opcode == 0x1 else { throw RawWebSocketError(description: "expected text, got \(frame)") }
+        return String(decoding: frame.payload, as: UTF8.self)
+    }
+}
+
+/// WebSocket streams over real sockets, against `websockets` and a raw-socket client.
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets).
+@Suite(.timeLimit(.minutes(5))) struct WebSocketStreamTests {
+    @Test func anIndependentClientExchangesMessagesPingsAndACloseCode() throws {
+        let server = try StreamTestServer()
+        defer { server.stop() }
+        let run = try PythonScript.run(
+            arguments: [PythonScript.path("websocket_stream.py"), "ws://127.0.0.1:\(server.port)/ws"])
+        #expect(run.status == 0, "websocket_stream.py failed:\n\(run.output)")
+        #expect(run.output.contains("the WebSocket stream spoke RFC 6455"), "\(run.output)")
+        #expect(server.log.all.contains(#"message 1 {"type": "auth", "access_token": "token-from-python"}"#))
+        #expect(server.log.waitFor("close 1"))
+        #expect(server.log.count("close 1") == 1)
+    }
+
+    @Test func aBadHandshakeIsRefusedWith400() throws {
+        let server = try StreamTestServer()
+        defer { server.stop() }
+        let response = try server.client().request(
+            "GET", "/ws",
+            headers: [
+                ("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("Sec-WebSocket-Version", "8"),
+            ])
+        #expect(response.status == 400)
+        #expect(response.header("Sec-WebSocket-Version") == "13")
+    }
+
+    @Test func serverMessagesAndFragmentedClientMessagesArrive() throws {
+        let server = try StreamTestServer()
+        defer { server.stop() }
+        let socket = try RawWebSocket(server)
+        #expect(server.log.waitFor("open 1"))
+        server.onStream(1) { $0?.send(type: "hello", json: Array(#"{"type":"hello"}"#.utf8)) }
+        #expect(try socket.readText() == #"{"type":"hello"}"#)
+        let long = String(repeating: "é", count: 300)
+        try socket.send(opcode: 0x1, Array(long.utf8.prefix(301)), fin: false)
+        try socket.send(opcode: 0x0, Array(long.utf8.dropFirst(301)))
+        #expect(try socket.readText() == long)
+        #expect(server.log.all.contains("message 1 \(long)"))
+    }
+
+    @Test func framesSentBeforeThe101AreReadAfterTheCallbacksAreSet() throws {
+        let server = try StreamTestServer()
+        defer { server.stop() }
+        let early = RawWebSocket.frame(opcode: 0x1, Array("early".utf8))
+        let socket = try RawWebSocket(server, early: early)
+        #expect(try socket.readText() == "early")
+        #expect(server.log.all.contains("message 1 early"))
+    }
+
+    @Test func pingsAreAnsweredAndHeartbeatIsFalseWithoutAPong() throws {
+        let server = try StreamTestServer()
+        defer { server.stop() }
+        let socket = try RawWebSocket(server)
+        try socket.send(opcode: 0x9, Array("abc".utf8))
+        let pong = try socket.readFrame()
+        #expect(pong.opcode == 0xA && pong.payload == Array("abc".utf8))
+
+        try socket.sendText("heartbeat")
+        #expect(try socket.readFrame().opcode == 0x9)
+        #expect(try socket.readText() == #"{"alive":true}"#)
+        // No pong: the next heartbeat finds the peer dead and sends no ping.
+        try socket.sendText("heartbeat")
+        #expect(try socket.readText() == #"{"alive":false}"#)
+        try socket.send(opcode: 0xA, [])
+        try socket.sendText("heartbeat")
+        #expect(try socket.readFrame().opcode == 0x9)
+        #expect(try socket.readText() == #"{"alive":true}"#)
+    }
+
+    @Test func aPeersCloseIsAnsweredAndTheConnectionCloses() throws {
+        let server = try StreamTestServer()
+        defer { server.stop() }
+        let socket = try RawWebSocket(server)
+        try socket.send(opcode: 0x8, [0x03, 0xE8] + Array("bye".utf8))
+        let close = try socket.readClose()
+        #expect(close.code == 1000)
+        #expect(socket.client.waitForClose())
+        #expect(server.log.waitFor("close 1"))
+        #expect(server.log.count("close 1") == 1)
+    }
+
+    @Test func ourCloseEndsTheConnectionWhenThePeerAnswersOrAfterTheBound() throws {
+        let server = try StreamTestServer(closeTimeoutMilliseconds: 300)
+        defer { server.stop() }
+        let answering = try RawWebSocket(server)
+        try answering.sendText("close:4003:session_revoked")
+        let close = try answering.readClose()
+        #expect(close.code == 4003 && close.reason == "session_revoked")
+        try answering.send(opcode: 0x8, [0x0F, 0xA3])
+        #expect(answering.client.waitForClose())
+        #expect(server.log.waitFor("close 1"))
+
+        let silent = try RawWebSocket(server)
+        try silent.sendText("close:4008:too_slow")
+        let started = ContinuousClock.now
+        #expect(try silent.readClose() == (4008, "too_slow"))
+        #expect(silent.client.waitForClose())
+        #expect(ContinuousClock.now - started >= .milliseconds(200))
+        #expect(server.log.waitFor("close 2"))
+        #expect(server.log.count("close 2") == 1)
+    }
+
+    /// The protocol errors a client can make, each with the close code RFC 6455 gives it.
+    enum FrameError: String, CaseIterable, Sendable {
+        case unmasked, oversized, badUTF8, binary
+
+        var code: UInt16 {
+            switch self {
+            case .unmasked: 1002
+            case .oversized: 1009
+            case .badUTF8: 1007
+            case .binary: 1003
+            }
+        }
+
+        func send(_ socket: RawWebSocket) throws {
+            switch self {
+            case .unmasked: try socket.send(opcode: 0x1, Array("hello".utf8), masked: false)
+            case .oversized: try socket.send(opcode: 0x1, [UInt8](repeating: 0x61, count: 2000))
+            case .badUTF8: try socket.send(opcode: 0x1, [0x61, 0xC3, 0x28])
+            case .binary: try socket.send(opcode: 0x2, [1, 2, 3])
+            }
+        }
+
+        var name: String { rawValue }
+    }
+
+    @Test(arguments: FrameError.allCases) func aFrameErrorClosesWithItsCodeAndOtherStreamsGoOn(_ error: FrameError)
+        throws
+    {
+        let server = try StreamTestServer(maxMessageBytes: 1024)
+        defer { server.stop() }
+        let bystander = try RawWebSocket(server)
+        let offender = try RawWebSocket(server)
+        #expect(server.log.waitFor("open 2"))
+        try error.send(offender)
+        #expect(try offender.readClose().code == error.code, "\(error.name)")
+        #expect(offender.client.waitForClose(), "\(error.name)")
+        #expect(server.log.waitFor("close 2"), "\(error.name)")
+        #expect(!server.log.all.contains { $0.hasPrefix("message 2") }, "\(error.name)")
+
+        try bystander.sendText("still here")
+        #expect(try bystander.readText() == "still here")
+        #expect(!server.log.all.contains("close 1"))
+    }
+
+    @Test func onWritableFiresOnceANonReadingClientReadsAgain() throws {
+        let server = try StreamTestServer(sendBufferSize: 4096)
+        defer { server.stop() }
+        let socket = try RawWebSocket(server)
+        #expect(server.log.waitFor("open 1"))
+        let payload = Array(("{\"pad\":\"" + String(repeating: "x", count: 1000) + "\"}").utf8)
+        let sent = server.onStream(1) { stream -> Int in
+            guard let stream else { return 0 }
+            var count = 0
+            while stream.unsentBytes == 0 && count < 4000 {
+                stream.send(type: "cue", json: payload)
+                count += 1
+            }
+            return stream.unsentBytes > 0 ? count : 0
+        }
+        #expect(sent > 0, "the kernel took everything")
+        #expect(!server.log.all.contains("writable 1"))
+        for _ in 0..<sent { #expect(try socket.readFrame().payload.count == payload.count) }
+        #expect(server.log.waitFor("writable 1"))
+        #expect(server.onStream(1) { $0?.unsentBytes } == 0)
+    }
+}

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Cost of cues on writes (issue 5, "Benchmark"): POST /v1/push throughput through Ferry with
+# the cue triggers of 0010_cues.sql on versus off, on the same table in the same run.
+#
+#   push   batches of BATCH upserts to public.daily_challenges (lww; existing rows of the
+#          caller: days 0..BATCH-1), mutation ids strictly increasing per device, wrk over
+#          PUSH_DEVICES devices (each its own anonymous user and token), each wrk thread
+#          owning its devices: bench/sync.sh's push. Each batch touches one owner, so with
+#          cues on every push commits one notification (PostgreSQL folds the batch's
+#          identical payloads), which the gateway's own LISTEN connection receives.
+#   on     the triggers ferry_cue_insert/_update/_delete enabled (as registered)
+#   off    the same three disabled (alter table … disable trigger …)
+#
+# Prints the median requests/s (and mutations/s) of each, CPU per push of PostgreSQL and
+# the gateway, and on ÷ off with PASS/FAIL against MIN_RATIO (0.8). Median of RUNS runs,
+# runs interleaved on, off, on, off, … so drift hits both alike. BATCH=1 is the worst case
+# (one statement and one notifying commit per push).
+#
+# Usage: bench/cue-cost.sh   (env: RUNS=5 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2
+#        POOL_SIZE=8 PUSH_DEVICES=256 BATCH=50 MIN_RATIO=0.8)
+# Ferry is the release `ferry serve` (access log on, to /dev/null) logged in as
+# ferry_gateway, listening on ferry_cue as always. The embedded database (`make db`; the
+# port follows FERRY_DEV_PG_PORT) is migrated with sql/ferry and sql/examples/puzzle. The
+# users this script signs up stay in the database; `ferry db reset` clears it. The triggers
+# are enabled again when the script exits.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.bash
+
+RUNS=${RUNS:-5}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+LOOPS=${LOOPS:-2}
+POOL_SIZE=${POOL_SIZE:-8}
+PUSH_DEVICES=${PUSH_DEVICES:-256}
+BATCH=${BATCH:-50}
+MIN_RATIO=${MIN_RATIO:-0.8}
+# A device's previous batch must be answered before its turn comes again (ids increase
+# per device), so devices must well outnumber the connections sending them.
+[ "$PUSH_DEVICES" -ge $((2 * CONNECTIONS)) ] ||
+    { echo "PUSH_DEVICES ($PUSH_DEVICES) must be at least twice CONNECTIONS ($CONNECTIONS)" >&2; exit 2; }
+[ "$BATCH" -ge 1 ] && [ "$BATCH" -le 99 ] || { echo "BATCH must be 1 to 99 (two-digit id suffix)" >&2; exit 1; }
+
+swift build -c release --product ferry >&2
+FERRY=$(swift build -c release --show-bin-path)/ferry
+OWNER_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
+GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+
+triggers="ferry_cue_insert ferry_cue_update ferry_cue_delete"
+# Enables or disables the three cue triggers of daily_challenges; prints how many are enabled.
+cue_triggers() {
+    local action="" trigger
+    for trigger in $triggers; do action+="${action:+, }$1 trigger $trigger"; done
+    psql -Atq -v ON_ERROR_STOP=1 "$OWNER_URL" -c "alter table public.daily_challenges $action" \
+        -c "select count(*) from pg_trigger where tgrelid = 'public.daily_challenges'::regclass
+            and tgname like 'ferry_cue_%' and tgenabled <> 'D'"
+}
+[ "$(cue_triggers enable)" = 3 ] || { echo "daily_challenges lacks its three cue triggers (0010_cues.sql)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+ferry_pid=""
+cleanup() {
+    if [ -n "$ferry_pid" ]; then kill "$ferry_pid" 2>/dev/null || true; wait "$ferry_pid" 2>/dev/null || true; fi
+    cue_triggers enable >/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+port=$(free_port)
+base="http://127.0.0.1:$port"
+env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$(head -c 32 /dev/urandom | base64) \
+    FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
+    FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 "$FERRY" serve >/dev/null &
+ferry_pid=$!
+wait_until_answers "$base/readyz"
+grep -q "then null else ferry.push(body) end" Sources/FerryGateway/SyncRoutes.swift ||
+    { echo "the push statement changed: check bench/cue-cost.sh" >&2; exit 1; }
+
+# Setup: sign-ups through the API, each device's rows seeded as the owner, push.tsv (tokens).
+SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PUSH_DEVICES=$PUSH_DEVICES BATCH=$BATCH python3 - <<'PY' >&2
+import json, os, subprocess, urllib.request, uuid
+from concurrent.futures import ThreadPoolExecutor
+
+env = os.environ
+base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
+devices, batch = int(env["PUSH_DEVICES"]), int(env["BATCH"])
+
+def sign_up(_):
+    request = urllib.request.Request(base + "/v1/auth/anonymous", method="POST",
+        data=json.dumps({"device_id": str(uuid.uuid4())}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        answer = json.load(response)
+    return answer["user"]["id"], answer["session"]["access_token"]
+
+with ThreadPoolExecutor(8) as pool:
+    users = list(pool.map(sign_up, range(devices)))
+ids = ",".join("'%s'" % uid for uid, _ in users)
+subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], text=True, check=True, input=f"""
+insert into public.daily_challenges (user_id, day, seconds)
+select u, date '2020-01-01' + g, g from unnest(array[{ids}]::uuid[]) u, generate_series(0, {batch - 1}) g;
+analyze public.daily_challenges;
+""")
+with open(f"{tmp}/push.tsv", "w") as tsv:
+    for _, token in users:
+        tsv.write(token + "\n")
+PY
+
+# A push batch: BATCH upserts of the caller's rows; '@' becomes a per-request number, so
+# mutation k of a batch has id <number><k as two digits>, increasing per device.
+template='{"mutations": ['
+for k in $(seq 1 "$BATCH"); do
+    [ "$k" -gt 1 ] && template+=', '
+    template+=$(printf '{"id": @%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
+        "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
+done
+template+=']}'
+echo "$template" > "$tmp/push_template.json"
+
+# bench/sync.sh's push.lua: each wrk thread owns the devices of push.tsv whose index is its
+# own modulo the thread count and rotates over them; ids increase per device.
+cat > "$tmp/push.lua" <<'LUA'
+local counter = 0
+local threads = {}
+function setup(thread)
+    counter = counter + 1
+    thread:set("id", counter)
+    threads[#threads + 1] = thread
+end
+-- Batches answered with a duplicate (ids out of order on a device): the run is void.
+duplicates = 0
+function response(status, headers, body)
+    if body:find('"duplicate"', 1, true) then duplicates = duplicates + 1 end
+end
+function done(summary, latency, requests)
+    local total = 0
+    for _, thread in ipairs(threads) do total = total + thread:get("duplicates") end
+    io.write("duplicate batches: " .. total .. "\n")
+end
+local tokens, template, base, n = {}, nil, 0, 0
+function init(args)
+    local threads, index = tonumber(args[2]), 0
+    for line in io.lines(args[1]) do
+        if index % threads == id - 1 then tokens[#tokens + 1] = "Bearer " .. line end
+        index = index + 1
+    end
+    local f = io.open(args[3]); template = f:read("*l"); f:close()
+    base = tonumber(args[4])
+end
+request = function()
+    n = n + 1
+    local body = template:gsub("@", tostring(base + n))
+    return wrk.format("POST", "/v1/push",
+        { ["Authorization"] = tokens[n % #tokens + 1], ["Content-Type"] = "application/json" }, body)
+end
+LUA
+
+# The batch is applied whole through the API (then the devices' numbers restart above it).
+token=$(head -1 "$tmp/push.tsv")
+curl -fs -X POST "$base/v1/push" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d "${template//@/1}" | python3 -c '
+import json, sys
+results = json.load(sys.stdin)["results"]
+assert len(results) == '"$BATCH"' and all(r["status"] == "applied" for r in results), results' ||
+    { echo "a push batch through the API was not applied whole" >&2; exit 1; }
+
+# CPU time (bench/sync.sh): clock ticks of this cluster (postmaster with its reaped
+# children, plus live children) and of the gateway.
+postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
+ticks_per_second=$(getconf CLK_TCK)
+process_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+cluster_ticks() {
+    local total child
+    total=$(process_ticks "$postmaster")
+    for child in $(pgrep -P "$postmaster"); do total=$((total + $(process_ticks "$child"))); done
+    echo "$total"
+}
+# "rate µs-of-PostgreSQL-CPU-per-push µs-of-gateway-CPU-per-push" for one wrk run; $1 is
+# the mutation-id base of the run.
+measure() {
+    local output rate count pg0 gw0 pg1 gw1
+    pg0=$(cluster_ticks)
+    gw0=$(process_ticks "$ferry_pid")
+    output=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$tmp/push.lua" "$base" -- "$tmp/push.tsv" \
+        "$THREADS" "$tmp/push_template.json" "$1")
+    if grep -q 'Non-2xx' <<<"$output"; then
+        echo "wrk: $(grep 'Non-2xx' <<<"$output")" >&2
+        exit 1
+    fi
+    grep 'Socket errors' <<<"$output" >&2 || true
+    if grep -q 'duplicate batches: [1-9]' <<<"$output"; then
+        echo "wrk: $(grep 'duplicate batches' <<<"$output")" >&2
+        exit 1
+    fi
+    rate=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$output")
+    count=$(awk '/ requests in / { print $1 }' <<<"$output")
+    pg1=$(cluster_ticks)
+    gw1=$(process_ticks "$ferry_pid")
+    echo "$rate $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc) $(echo "($gw1 - $gw0) * 1000000 / $ticks_per_second / $count" | bc)"
+}
+column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
+listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
+
+on_runs=()
+off_runs=()
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for run in $(seq "$RUNS"); do
+    # Mutation-id numbers: runs apart by far more than a run's requests.
+    [ "$(cue_triggers enable)" = 3 ] || { echo "could not enable the cue triggers" >&2; exit 1; }
+    on_runs+=("$(measure $((run * 200000000)))")
+    [ "$(cue_triggers disable)" = 0 ] || { echo "could not disable the cue triggers" >&2; exit 1; }
+    off_runs+=("$(measure $((run * 200000000 + 100000000)))")
+done
+cue_triggers enable >/dev/null
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+for name in on off; do
+    echo "runs cues $name: rate $(listed 1 ${name}_runs); PostgreSQL µs/push $(listed 2 ${name}_runs); gateway µs/push $(listed 3 ${name}_runs)" >&2
+done
+on=$(column 1 on_runs)
+off=$(column 1 off_runs)
+ratio=$(echo "$on / $off" | bc -l)
+verdict() { [ "$(echo "$1 >= $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
+row() {
+    printf '%-40s %8.0f req/s %8.0f mutations/s %8s µs %8s µs\n' "$1" "$2" "$(echo "$2 * $BATCH" | bc -l)" \
+        "$(column 2 "$3")" "$(column 3 "$3")"
+}
+printf '%-40s %14s %20s %11s %11s\n' "" "median rate" "" "PostgreSQL" "gateway"
+row "Ferry POST /v1/push ($BATCH upserts), cues on" "$on" on_runs
+row "Ferry POST /v1/push ($BATCH upserts), cues off" "$off" off_runs
+printf '%-40s %8.3f  %s (goal %s)\n' "push: cues on / cues off" "$ratio" "$(verdict "$ratio" "$MIN_RATIO")" "$MIN_RATIO"
