@@ -145,7 +145,12 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     public func close(code: UInt16, reason: String) {
         guard isOpen, let context else { return }
         closeQueuedByUs = true
-        let reasonBytes = Array(reason.utf8.prefix(123))
+        // A control frame holds 125 bytes: the code and at most 123 of whole characters.
+        var reasonBytes: [UInt8] = []
+        for character in reason {
+            guard reasonBytes.count + character.utf8.count <= 123 else { break }
+            reasonBytes.append(contentsOf: character.utf8)
+        }
         let status = reasonBytes.withUnsafeBufferPointer {
             wslay_event_queue_close(context, code, $0.baseAddress, $0.count)
         }
