@@ -35,6 +35,12 @@ struct StreamRoutes: Sendable {
         }
         router.get("/v1/events") { request, responder in
             guard let claims = authenticate(request, responder) else { return }
+            // HEAD (answered by every GET route) learns the headers; it never opens a stream.
+            guard request.method != .head else {
+                return responder.respond(
+                    HTTPResponse(
+                        status: .ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store"]))
+            }
             responder.takeOver { tcp, buffered in
                 // Best effort: the kernel's default works too, only bigger.
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)

@@ -46,6 +46,16 @@ import Testing
         }
     }
 
+    @Test func headOnTheEventsRouteAnswersHeadersWithoutOpeningAStream() async throws {
+        try await withAccountsGateway { harness in
+            let session = try await harness.signUpAnonymous()
+            let response = try await harness.call("HEAD", "/v1/events", token: session.accessToken)
+            #expect(response.status == 200)
+            #expect(response.header("Content-Type") == "text/event-stream")
+            #expect(try await harness.metric("ferry_streams_open") == 0)
+        }
+    }
+
     @Test func aWebSocketHandshakeWithABadVersionIs400() async throws {
         try await withAccountsGateway { harness in
             let session = try await harness.signUpAnonymous()
