@@ -234,9 +234,8 @@ final class CueHub {
     // MARK: - Deadlines
 
     private func tick() {
-        wheel.advance(to: loop.now) { subscriber, deadline in
-            guard subscriber.deadline == deadline else { return }  // rescheduled since
-            checkDeadlines(subscriber)
+        for (subscriber, deadline) in wheel.advance(to: loop.now) where subscriber.deadline == deadline {
+            checkDeadlines(subscriber)  // an entry whose deadline changed since is stale: skipped
         }
     }
 
@@ -290,7 +289,10 @@ final class CueHub {
         flush()
         guard streamCount > 0 else { return completion() }
         onLastStreamClosed = completion
-        forEachStream { close($0, .goingAway) }
+        // Collected first: a close may report back (and leave the map) at once.
+        var all: [StreamSubscriber] = []
+        forEachStream { all.append($0) }
+        for subscriber in all { close(subscriber, .goingAway) }
     }
 }
 

@@ -81,6 +81,7 @@ public final class Gateway: Sendable {
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
             cursors: PullCursorSealer(configuration: configuration))
+        let streamRoutes = StreamRoutes(accounts: accounts, maxMessageBytes: configuration.streamMaxMessageBytes)
         server = HTTPServer(
             configuration: http, group: group,
             observer: { loop in workers.first { $0.loop === loop }!.value },
@@ -91,6 +92,7 @@ public final class Gateway: Sendable {
                 accountRoutes.register(in: &router, worker: worker)
                 syncRoutes.register(in: &router, worker: worker)
                 LockRoutes(accounts: accounts).register(in: &router, worker: worker)
+                streamRoutes.register(in: &router, worker: worker)
                 return router
             })
     }

@@ -4,7 +4,7 @@
 /// expiry); the loop's timer calls ``advance(to:_:)`` every tick, which visits only
 /// the slots whose time has come. Deadlines are loop milliseconds (`uv_now`).
 /// Entries are never removed: when an element's deadline changes it is scheduled
-/// again, and ``advance(to:_:)`` hands out each entry with the deadline it was
+/// again, and ``advance(to:)`` hands out each entry with the deadline it was
 /// scheduled for, so the owner ignores stale ones.
 struct TimingWheel<Element: AnyObject> {
     /// The wheel's resolution: deadlines fire up to this late.
@@ -29,24 +29,24 @@ struct TimingWheel<Element: AnyObject> {
         slots[Int(tick % UInt64(slots.count))].append((deadline, element))
     }
 
-    /// Calls `body` with every entry whose deadline is at or before `now`, removing it.
-    /// `body` may schedule again.
-    mutating func advance(to now: UInt64, _ body: (Element, _ deadline: UInt64) -> Void) {
+    /// Removes and returns every entry whose deadline is at or before `now` (returned,
+    /// not called back, so the owner may schedule again while handling them).
+    mutating func advance(to now: UInt64) -> [(element: Element, deadline: UInt64)] {
         let nowTick = now / tickMilliseconds
-        guard nowTick > visitedTick else { return }
+        guard nowTick > visitedTick else { return [] }
         // After a long stall every slot is visited once; the deadline check does the rest.
         let steps = min(nowTick - visitedTick, UInt64(slots.count))
-        var due: [(deadline: UInt64, element: Element)] = []
+        var due: [(element: Element, deadline: UInt64)] = []
         for step in 1...steps {
             let index = Int((visitedTick + step) % UInt64(slots.count))
             guard !slots[index].isEmpty else { continue }
             var kept: [(deadline: UInt64, element: Element)] = []
             for entry in slots[index] {
-                if entry.deadline <= now { due.append(entry) } else { kept.append(entry) }
+                if entry.deadline <= now { due.append((entry.element, entry.deadline)) } else { kept.append(entry) }
             }
             slots[index] = kept
         }
         visitedTick = nowTick
-        for entry in due { body(entry.element, entry.deadline) }
+        return due
     }
 }

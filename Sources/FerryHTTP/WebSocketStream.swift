@@ -31,8 +31,10 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     private var heldHeader: (UInt64, UInt64) = (0, 0)
     private var heldHeaderCount = 0
     private var awaitingPong = false
-    private var closeSentByUs = false
-    private var closeRequested = false
+    /// We queued a close frame (``close(code:reason:)`` or a protocol error).
+    private var closeQueuedByUs = false
+    /// The connection was asked to close (after its writes).
+    private var isClosingConnection = false
     private var closeTimer: Timer?
 
     public var onMessage: ((UnsafeRawBufferPointer) -> Void)?
@@ -42,7 +44,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     public var transport: EventStreamTransport { .webSocket }
     public var unsentBytes: Int { tcp.unsentBytes + heldHeaderCount }
     public var isOpen: Bool {
-        guard let context, tcp.isOpen, !closeSentByUs, !closeRequested else { return false }
+        guard let context, tcp.isOpen, !closeQueuedByUs, !isClosingConnection else { return false }
         return wslay_event_get_close_received(context) == 0 && wslay_event_get_write_enabled(context) != 0
     }
 
@@ -102,7 +104,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             tcp.loop.schedule(after: 0) { [weak stream] in
                 guard let stream else { return }
                 bufferedBytes.withUnsafeBytes { stream.connection(tcp, didRead: $0) }
-                if stream.context != nil && !stream.closeRequested { tcp.startReading() }
+                if stream.context != nil && !stream.isClosingConnection { tcp.startReading() }
             }
         }
         return stream
@@ -142,8 +144,13 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     /// ``closeTimeoutMilliseconds`` later.
     public func close(code: UInt16, reason: String) {
         guard isOpen, let context else { return }
-        closeSentByUs = true
-        let reasonBytes = Array(reason.utf8.prefix(123))
+        closeQueuedByUs = true
+        // A control frame holds 125 bytes: the code and at most 123 of whole characters.
+        var reasonBytes: [UInt8] = []
+        for character in reason {
+            guard reasonBytes.count + character.utf8.count <= 123 else { break }
+            reasonBytes.append(contentsOf: character.utf8)
+        }
         let status = reasonBytes.withUnsafeBufferPointer {
             wslay_event_queue_close(context, code, $0.baseAddress, $0.count)
         }
@@ -152,7 +159,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             return
         }
         flush()
-        guard !closeRequested, tcp.isOpen else { return }
+        guard !isClosingConnection, tcp.isOpen else { return }
         closeTimer = tcp.loop.schedule(after: closeTimeoutMilliseconds) { [weak self] in
             self?.closeTimer = nil
             self?.tcp.close()
@@ -225,7 +232,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     private func fail(code: UInt16) {
         guard let context else { return }
         wslay_event_shutdown_read(context)
-        closeSentByUs = true
+        closeQueuedByUs = true
         _ = wslay_event_queue_close(context, code, nil, 0)
     }
 
@@ -235,7 +242,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     /// wslay will neither read nor write again. Deferred while wslay is reading (a
     /// callback may send); the read flushes when it is done.
     private func flush() {
-        guard let context, !isReceiving, !closeRequested else { return }
+        guard let context, !isReceiving, !isClosingConnection else { return }
         if wslay_event_send(context) != 0 {
             tcp.close()
             return
@@ -247,7 +254,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             withUnsafeBytes(of: header) { tcp.write(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
         }
         if wslay_event_want_read(context) == 0 && wslay_event_want_write(context) == 0 {
-            closeRequested = true
+            isClosingConnection = true
             closeTimer?.close()
             closeTimer = nil
             tcp.closeAfterWrites()
@@ -257,7 +264,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     // MARK: - TCPConnectionDelegate
 
     public func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {
-        guard let context, !closeRequested else { return }
+        guard let context, !isClosingConnection else { return }
         input = bytes
         isReceiving = true
         let status = wslay_event_recv(context)

@@ -237,8 +237,9 @@ struct DevDatabase {
         let socket = socketDirectory
         try makeServerDirectory(socket)
         let logStart = (try? FileManager.default.attributesOfItem(atPath: logFile.path)[.size] as? Int) ?? 0
-        // pg_ctl hands these to a shell: quote the path.
-        let options = "-p \(port) -k \"\(socket.path)\" -c listen_addresses=127.0.0.1"
+        // pg_ctl hands these to a shell: quote the path. max_connections again, for a
+        // cluster made before postgresql.conf asked for it (parallel tests open many).
+        let options = "-p \(port) -k \"\(socket.path)\" -c listen_addresses=127.0.0.1 -c max_connections=500"
         let result = try run(
             binaries.pgCtl,
             ["start", "-D", dataDirectory.path, "-l", logFile.path, "-w", "-t", "120", "-o", options],

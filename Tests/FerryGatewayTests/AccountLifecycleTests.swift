@@ -7,15 +7,7 @@ import Testing
 /// against an in-process gateway on a migrated database.
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct AccountLifecycleTests {
-    static let script = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("clients/account_lifecycle.py").path
-
-    /// Debian's interpreter, where `python3-httpx` (`make deps`) installs httpx; a
-    /// `python3` earlier on PATH (pyenv, a venv) may not have it.
-    static var python: String {
-        FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") ? "/usr/bin/python3" : "python3"
-    }
+    static let script = PythonScript.path("account_lifecycle.py")
 
     @Test func independentClientWalksTheWholeAccountLifecycle() async throws {
         try await withAccountsGateway { harness in
@@ -28,34 +20,8 @@ import Testing
         }
     }
 
-    /// Runs Python with `arguments`; output goes to a file (a pipe a grandchild holds
-    /// open could keep the read from ending). Killed after `timeout` seconds.
+    /// Runs Python with `arguments` off the cooperative threads; killed after `timeout` seconds.
     func runScript(arguments: [String], timeout: Double = 90) async throws -> (status: Int32, output: String) {
-        let outputFile = FileManager.default.temporaryDirectory
-            .appendingPathComponent("ferry-lifecycle-\(UUID().uuidString).log")
-        _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
-        defer { try? FileManager.default.removeItem(at: outputFile) }
-        let python = Self.python
-        let status = try await offload { () -> Int32 in
-            let output = try FileHandle(forWritingTo: outputFile)
-            defer { try? output.close() }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: python.hasPrefix("/") ? python : "/usr/bin/env")
-            process.arguments = (python.hasPrefix("/") ? [] : [python]) + ["-u"] + arguments
-            process.standardOutput = output
-            process.standardError = output
-            process.standardInput = FileHandle.nullDevice
-            try process.run()
-            let deadline = Date().addingTimeInterval(timeout)
-            while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-            if process.isRunning {
-                process.terminate()
-                process.waitUntilExit()
-                return -1
-            }
-            return process.terminationStatus
-        }
-        let output = (try? String(contentsOf: outputFile, encoding: .utf8)) ?? ""
-        return (status, status == -1 ? output + "\n(killed after \(Int(timeout)) s)" : output)
+        try await offload { try PythonScript.run(arguments: arguments, timeout: timeout) }
     }
 }

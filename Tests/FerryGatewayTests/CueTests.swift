@@ -75,7 +75,7 @@ import Testing
         wheel.schedule(Item("far"), at: 3_000)
         var fired: [String] = []
         for now in stride(from: UInt64(1_000), through: 3_100, by: 50) {
-            wheel.advance(to: now) { item, deadline in
+            for (item, deadline) in wheel.advance(to: now) {
                 #expect(deadline <= now)
                 fired.append("\(item.name)@\(now)")
             }
@@ -89,12 +89,12 @@ import Testing
         wheel.schedule(Item("a"), at: 150)
         wheel.schedule(Item("b"), at: 1_000)
         var fired: [String] = []
-        wheel.advance(to: 5_000) { item, _ in fired.append(item.name) }
+        fired += wheel.advance(to: 5_000).map(\.element.name)
         #expect(fired.sorted() == ["a", "b"])
         wheel.schedule(Item("past"), at: 10)
-        wheel.advance(to: 5_050) { item, _ in fired.append(item.name) }
+        fired += wheel.advance(to: 5_050).map(\.element.name)
         #expect(fired.count == 2)
-        wheel.advance(to: 5_100) { item, _ in fired.append(item.name) }
+        fired += wheel.advance(to: 5_100).map(\.element.name)
         #expect(fired.last == "past")
     }
 }

@@ -66,6 +66,57 @@ private final class Collector: TCPConnectionDelegate {
         #expect(received == payload)
     }
 
+    @Test func aFlushIsReportedOnceBytesThatHadToWaitAreWritten() async throws {
+        let loop = EventLoop.spawn(name: "flush")
+        defer { loop.stop() }
+        /// Writes `payload` on accept to a small send buffer and notes each flush.
+        final class Writer: TCPConnectionDelegate {
+            var flushes: [Int] = []
+            var unsentAfterWrite = 0
+            func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {}
+            func connectionDidReachEnd(_ connection: TCPConnection) {}
+            func connectionDidDrain(_ connection: TCPConnection) {}
+            func connectionDidFlush(_ connection: TCPConnection) { flushes.append(connection.unsentBytes) }
+            func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
+        }
+        let writer = LoopBound(unchecked: Writer(), loop: loop)
+        let payload = [UInt8](repeating: 3, count: 1 << 20)
+        let received: Int = try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                do {
+                    let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                        connection in
+                        connection.delegate = writer.value
+                        try? connection.setSendBufferSize(4096)
+                        connection.write(Array("taken at once".utf8))
+                        connection.write(payload)
+                        writer.value.unsentAfterWrite = connection.unsentBytes
+                    }
+                    TCPConnection.connect(on: loop, to: listener.address) { result in
+                        switch result {
+                        case .failure(let error): continuation.resume(throwing: error)
+                        case .success(let client):
+                            client.delegate = Collector(expected: payload.count + 13) { bytes in
+                                listener.close()
+                                continuation.resume(returning: bytes.count)
+                            }
+                            client.startReading()
+                        }
+                    }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        #expect(received == payload.count + 13)
+        try await Task.sleep(for: .milliseconds(50))
+        let (unsentAfterWrite, flushes) = await withCheckedContinuation { continuation in
+            loop.execute { continuation.resume(returning: (writer.value.unsentAfterWrite, writer.value.flushes)) }
+        }
+        #expect(unsentAfterWrite > 0)
+        #expect(flushes == [0])
+    }
+
     @Test func connectsFromTheChosenSourceAddress() async throws {
         let loop = EventLoop.spawn(name: "bind-source")
         defer { loop.stop() }

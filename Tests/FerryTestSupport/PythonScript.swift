@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// Runs the independent Python clients under `Tests/clients/`.
 public enum PythonScript {
@@ -35,7 +36,8 @@ public enum PythonScript {
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
         var status: Int32 = -1
         if process.isRunning {
-            process.terminate()
+            // SIGKILL: the child inherits the test process's signal mask, which may block SIGTERM.
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         } else {
             status = process.terminationStatus

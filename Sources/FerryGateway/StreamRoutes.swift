@@ -1,0 +1,76 @@
+import FerryHTTP
+import FerryLoop
+
+/// `GET /v1/stream` (WebSocket) and `GET /v1/events` (Server-Sent Events): PROTOCOL.md
+/// "Streams". Opening a stream costs no database round trip: the token's signature,
+/// times and the revoked-session cache decide, then the connection is taken over from
+/// HTTP and handed to the loop's ``CueHub``.
+struct StreamRoutes: Sendable {
+    let accounts: Accounts
+    /// Largest message a WebSocket client may send.
+    let maxMessageBytes: Int
+
+    /// Kernel send buffer of a stream socket. Cues are ~100 bytes, so a small buffer
+    /// costs nothing and makes a client that stops reading show as unsent bytes soon,
+    /// where coalescing takes over.
+    static let sendBufferBytes = 16 * 1024
+    /// The SSE `retry:` hint: how long an EventSource waits before reconnecting.
+    static let reconnectMilliseconds = 3_000
+
+    func register(in router: inout Router, worker: Worker) {
+        router.get("/v1/stream") { request, responder in
+            guard let claims = authenticate(request, responder) else { return }
+            let handshake: WebSocketHandshake
+            switch WebSocketHandshake.validate(request) {
+            case .failure(let refusal): return responder.respond(refusal.response)
+            case .success(let valid): handshake = valid
+            }
+            responder.takeOver { tcp, buffered in
+                // Best effort: the kernel's default works too, only bigger.
+                try? tcp.setSendBufferSize(Self.sendBufferBytes)
+                let stream = WebSocketStream.open(
+                    tcp: tcp, bufferedBytes: buffered, handshake: handshake, maxMessageBytes: maxMessageBytes)
+                opened(stream, claims: claims, status: 101, request: request, route: responder.route, worker: worker)
+            }
+        }
+        router.get("/v1/events") { request, responder in
+            guard let claims = authenticate(request, responder) else { return }
+            // HEAD (answered by every GET route) learns the headers; it never opens a stream.
+            guard request.method != .head else {
+                return responder.respond(
+                    HTTPResponse(
+                        status: .ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store"]))
+            }
+            responder.takeOver { tcp, buffered in
+                // Best effort: the kernel's default works too, only bigger.
+                try? tcp.setSendBufferSize(Self.sendBufferBytes)
+                let stream = ServerSentEventStream.open(
+                    tcp: tcp, bufferedBytes: buffered, retryMilliseconds: Self.reconnectMilliseconds)
+                opened(stream, claims: claims, status: 200, request: request, route: responder.route, worker: worker)
+            }
+        }
+    }
+
+    /// The caller's claims, or nil after answering 401.
+    private func authenticate(_ request: HTTPRequest, _ responder: HTTPResponder) -> AccessTokenClaims? {
+        switch accounts.verifiedClaims(request, allowQueryToken: true) {
+        case .success(let claims): return claims
+        case .failure(let error):
+            responder.respond(error.response)
+            return nil
+        }
+    }
+
+    /// Counts and logs the switch (the HTTP layer no longer sees the connection) and
+    /// hands the stream to the hub.
+    private func opened(
+        _ stream: any EventStream, claims: AccessTokenClaims, status: Int, request: HTTPRequest, route: String?,
+        worker: Worker
+    ) {
+        worker.metrics.recordRequest(route: route, status: status, durationNanoseconds: 0)
+        worker.log.request(
+            method: "GET", route: route, status: status, durationNanoseconds: 0, bytes: 0,
+            remote: request.remoteAddress)
+        worker.hub.add(stream, claims: claims)
+    }
+}

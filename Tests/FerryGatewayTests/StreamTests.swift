@@ -1,0 +1,446 @@
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+/// PROTOCOL.md "Streams" against an in-process gateway on a migrated database: who may
+/// open a stream, cues end to end (independent Python clients for both transports), the
+/// lifecycle's close codes, coalescing, the listener's gap, several gateways.
+@Suite(.timeLimit(.minutes(5))) struct StreamTests {
+    static let transports: [StreamTestClient.Transport] = [.webSocket, .serverSentEvents]
+
+    // MARK: - Independent clients
+
+    @Test(arguments: ["websocket", "sse"])
+    func independentClientGetsACueAndPullsTheRow(transport: String) async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { harness in
+            let url = "http://127.0.0.1:\(harness.port)"
+            let run = try await offload {
+                try PythonScript.run(arguments: [PythonScript.path("stream_cues.py"), url, transport])
+            }
+            #expect(run.status == 0, "stream_cues.py \(transport) failed:\n\(run.output)")
+            #expect(run.output.contains("every step answered as PROTOCOL.md says"), "\(run.output)")
+        }
+    }
+
+    // MARK: - Opening
+
+    @Test func aStreamNeedsAValidTokenOfALiveSession() async throws {
+        try await withAccountsGateway { harness in
+            let session = try await harness.signUpAnonymous()
+            for transport in Self.transports {
+                #expect(try await refusal(harness, token: nil, transport).hasPrefix("401 "))
+                #expect(try await refusal(harness, token: "not.a.token", transport).contains("unauthorized"))
+                let expired = harness.token(for: session, expiresIn: -120)
+                #expect(try await refusal(harness, token: expired, transport).contains("token_expired"))
+            }
+            // The query parameter works for browsers (EventSource and WebSocket cannot set headers).
+            let viaQuery = try await harness.openStream(session, .serverSentEvents, tokenInQuery: true)
+            #expect(try await viaQuery.nextMessageAsync(ofType: "hello").string("device_id") == session.deviceID)
+            viaQuery.close()
+            let signedOut = try await harness.call("POST", "/v1/auth/signout", token: session.accessToken)
+            #expect(signedOut.status == 204)
+            #expect(try await refusal(harness, token: session.accessToken, .webSocket).contains("session_revoked"))
+        }
+    }
+
+    @Test func headOnTheEventsRouteAnswersHeadersWithoutOpeningAStream() async throws {
+        try await withAccountsGateway { harness in
+            let session = try await harness.signUpAnonymous()
+            let response = try await harness.call("HEAD", "/v1/events", token: session.accessToken)
+            #expect(response.status == 200)
+            #expect(response.header("Content-Type") == "text/event-stream")
+            #expect(try await harness.metric("ferry_streams_open") == 0)
+        }
+    }
+
+    @Test func aWebSocketHandshakeWithABadVersionIs400() async throws {
+        try await withAccountsGateway { harness in
+            let session = try await harness.signUpAnonymous()
+            let response = try await offload {
+                let client = try HTTPTestClient(port: harness.port)
+                defer { client.close() }
+                return try client.request(
+                    "GET", "/v1/stream",
+                    headers: [
+                        ("Authorization", "Bearer \(session.accessToken)"), ("Upgrade", "websocket"),
+                        ("Connection", "Upgrade"), ("Sec-WebSocket-Version", "8"),
+                        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                    ])
+            }
+            #expect(response.status == 400)
+            #expect(response.header("Sec-WebSocket-Version") == "13")
+        }
+    }
+
+    // MARK: - Cues
+
+    @Test(arguments: transports)
+    func aSharedTableChangeCuesEveryUser(transport: StreamTestClient.Transport) async throws {
+        try await withAccountsGateway { harness in
+            try await harness.database.admin.execute(
+                """
+                create table public.announcements (id text primary key, body text not null);
+                select ferry.register_table('public.announcements', strategy => 'shared');
+                """)
+            var streams: [StreamTestClient] = []
+            for _ in 0..<3 {
+                let stream = try await harness.openStream(try await harness.signUpAnonymous(), transport)
+                _ = try await stream.nextMessageAsync(ofType: "hello")
+                streams.append(stream)
+            }
+            try await harness.database.admin.execute("insert into public.announcements values ('a1', 'hi')")
+            for stream in streams {
+                let cue = try await stream.nextMessageAsync(ofType: "cue")
+                #expect(cue.strings("tables") == ["announcements"], "\(cue)")
+                #expect(cue.isNull("origin"), "an operator's SQL has no device: \(cue)")
+                stream.close()
+            }
+        }
+    }
+
+    @Test func aCueReachesOnlyItsUsersStreams() async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { harness in
+            let ana = try await harness.signUpAnonymous()
+            let bo = try await harness.signUpAnonymous()
+            let anaStream = try await harness.openStream(ana, .webSocket)
+            let boStream = try await harness.openStream(bo, .webSocket)
+            _ = try await anaStream.nextMessageAsync(ofType: "hello")
+            _ = try await boStream.nextMessageAsync(ofType: "hello")
+            try await harness.pushTask(ana, id: "t-1")
+            #expect(try await anaStream.nextMessageAsync(ofType: "cue").string("origin") == ana.deviceID)
+            try await harness.pushTask(bo, id: "t-2")
+            // Bo's first message after hello is Bo's own cue, not Ana's.
+            let cue = try await boStream.nextMessageAsync(ofType: "cue")
+            #expect(cue.string("origin") == bo.deviceID, "\(cue)")
+            anaStream.close()
+            boStream.close()
+        }
+    }
+
+    @Test func aReaderThatStopsReadingGetsOneBoundedCatchUp() async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let stream = try await harness.openStream(session, .webSocket, receiveBufferBytes: 4096, timeout: 20)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            // 10,000 changes, each its own transaction (so each its own notification),
+            // while the client reads nothing.
+            try await harness.database.admin.execute(
+                """
+                do $$ begin
+                    for i in 1..10000 loop
+                        insert into public.tasks (id, user_id, title) values ('bulk-' || i, '\(session.userID)', 'x');
+                        commit;
+                    end loop;
+                end $$;
+                """)
+            let coalesced = try await harness.metric("ferry_cues_coalesced_total")
+            #expect(coalesced > 5_000, "most cues must be merged while the reader is stalled: \(coalesced)")
+            // Now it reads: a bounded backlog, ending with a cue that covers the last change.
+            let (cues, bytes) = try await offload { () throws -> (Int, Int) in
+                var cues = 0
+                var bytes = 0
+                // Everything the server had queued, then the catch-up cue sent once the
+                // queue drained; a second of silence ends the backlog.
+                for _ in 0..<10_000 {
+                    guard case .message(let message)? = try? stream.next() else { break }
+                    cues += 1
+                    bytes += message.json.utf8.count
+                    stream.socket.setTimeout(1)
+                }
+                return (cues, bytes)
+            }
+            #expect(cues < 3_000, "a stalled reader gets a bounded backlog, not 10,000 cues: \(cues)")
+            #expect(bytes < 256 * 1024, "\(bytes) bytes")
+            let rows = try await harness.database.value(
+                "select count(*) from public.tasks where user_id = $1", [session.userID])
+            #expect(rows == "10000")
+            stream.close()
+        }
+    }
+
+    @Test func afterTheListenerIsKilledEveryStreamIsCuedAndTheGapIsPulled() async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let stream = try await harness.openStream(session, .webSocket, timeout: 15)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            let first = try await harness.call("GET", "/v1/pull", token: session.accessToken)
+            let cursor = try #require(first.string("cursor"))
+            let killed = try await harness.database.value(
+                """
+                select count(*) from (
+                    select pg_terminate_backend(pid) from pg_stat_activity
+                    where datname = current_database() and application_name = 'ferry-listener') killed
+                """)
+            #expect(killed == "1")
+            // Made while nobody listens: its notification is lost.
+            try await harness.database.admin.execute(
+                "insert into public.tasks (id, user_id, title) values ('gap', '\(session.userID)', 'lost cue')")
+            let cue = try await stream.nextMessageAsync(ofType: "cue")
+            #expect(cue.strings("tables") == [] || cue.strings("tables") == ["tasks"], "\(cue)")
+            let pull = try await harness.call(
+                "GET", "/v1/pull?cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
+                token: session.accessToken)
+            #expect(pull.status == 200)
+            let upserts = (pull.value("changes", "tasks", "upserts") as? [[String: Any]]) ?? []
+            #expect(upserts.compactMap { $0["id"] as? String } == ["gap"], "\(pull)")
+            #expect(try await harness.metric("ferry_listener_reconnects_total", becomes: 1) == 1)
+            stream.close()
+        }
+    }
+
+    @Test func twoGatewaysOnOneDatabaseCueEachOthersStreams() async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            try await withStartedGateway(databaseURL: harness.database.gatewayURL) { _, otherPort in
+                let other = AccountsGateway(database: harness.database, gateway: harness.gateway, port: otherPort)
+                let stream = try await other.openStream(session, .serverSentEvents)
+                _ = try await stream.nextMessageAsync(ofType: "hello")
+                try await harness.pushTask(session, id: "t-elsewhere")
+                let cue = try await stream.nextMessageAsync(ofType: "cue")
+                #expect(cue.strings("tables") == ["tasks"])
+                #expect(cue.string("origin") == session.deviceID)
+                stream.close()
+            }
+        }
+    }
+
+    @Test func takingALockCuesTheDeviceThatLostIt() async throws {
+        try await withAccountsGateway(examples: ["puzzle"]) { harness in
+            let email = "locks-\(UUID().uuidString.prefix(8))@example.com"
+            let phone = try await harness.emailAccount(email)
+            let tabletAnswer = try await harness.signIn(email: email, password: "correct horse battery")
+            let tabletToken = try #require(tabletAnswer.string("session", "access_token"), "\(tabletAnswer)")
+            let tabletDevice = try #require(decodeClaims(tabletToken)["did"] as? String)
+            let tablet = try harness.session(from: tabletAnswer, device: tabletDevice)
+            let claim = try await harness.call(
+                "POST", "/v1/locks/active_game/current/claim", token: phone.accessToken, json: ["force": false])
+            #expect(claim.status == 200, "\(claim)")
+            let phoneStream = try await harness.openStream(phone, .webSocket)
+            _ = try await phoneStream.nextMessageAsync(ofType: "hello")
+            let takeover = try await harness.call(
+                "POST", "/v1/locks/active_game/current/claim", token: tablet.accessToken, json: ["force": true])
+            #expect(takeover.status == 200, "\(takeover)")
+            let cue = try await phoneStream.nextMessageAsync(ofType: "cue")
+            #expect(cue.strings("tables") == ["active_game"], "\(cue)")
+            #expect(cue.string("origin") == tablet.deviceID)
+            phoneStream.close()
+        }
+    }
+
+    // MARK: - Lifecycle
+
+    @Test(arguments: transports)
+    func aTokenNearItsEndIsWarnedThenClosed4001(transport: StreamTestClient.Transport) async throws {
+        try await withAccountsGateway(arguments: ["--token-leeway", "0"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let shortLived = harness.token(for: session, expiresIn: 2)
+            let stream = try await harness.openStream(session, transport, token: shortLived)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            let warning = try await stream.nextMessageAsync(ofType: "token_expiring")
+            let inMilliseconds = try #require(warning.int("in_ms"))
+            #expect(inMilliseconds > 0 && inMilliseconds <= 2_000, "\(warning)")
+            let close = try await stream.nextCloseAsync()
+            #expect(close.code == 4001 && close.reason == "token_expired", "\(close)")
+        }
+    }
+
+    @Test func anInBandAuthExtendsAWebSocketAndAnotherUsersTokenIsRefused() async throws {
+        try await withAccountsGateway(arguments: ["--token-leeway", "0"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let stream = try await harness.openStream(
+                session, .webSocket, token: harness.token(for: session, expiresIn: 2), timeout: 10)
+            _ = try await stream.nextMessageAsync(ofType: "token_expiring")
+            try await offload {
+                try stream.sendText(#"{"type":"auth","access_token":"\#(session.accessToken)"}"#)
+            }
+            // Past the first token's end the stream is still open: a cue still arrives.
+            try await Task.sleep(for: .milliseconds(3_000))
+            try await harness.database.admin.execute(
+                "select pg_notify('ferry_cue', '\(session.userID) - still_open')")
+            #expect(try await stream.nextMessageAsync(ofType: "cue").strings("tables") == ["still_open"])
+            let stranger = try await harness.signUpAnonymous()
+            try await offload {
+                try stream.sendText(#"{"type":"auth","access_token":"\#(stranger.accessToken)"}"#)
+            }
+            #expect(try await stream.nextCloseAsync().code == 1008)
+        }
+    }
+
+    @Test(arguments: transports)
+    func signingOutCloses4003AndDeletingTheAccountCloses4004(transport: StreamTestClient.Transport) async throws {
+        try await withAccountsGateway { harness in
+            let session = try await harness.signUpAnonymous()
+            let stream = try await harness.openStream(session, transport)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            #expect(try await harness.call("POST", "/v1/auth/signout", token: session.accessToken).status == 204)
+            let signedOut = try await stream.nextCloseAsync()
+            #expect(signedOut.code == 4003 && signedOut.reason == "session_revoked", "\(signedOut)")
+
+            let doomed = try await harness.signUpAnonymous()
+            let doomedStream = try await harness.openStream(doomed, transport)
+            _ = try await doomedStream.nextMessageAsync(ofType: "hello")
+            let deleted = try await harness.call(
+                "DELETE", "/v1/account", token: doomed.accessToken, json: ["confirm": "DELETE"])
+            #expect(deleted.status == 204)
+            let closed = try await doomedStream.nextCloseAsync()
+            #expect(closed.code == 4004 && closed.reason == "account_deleted", "\(closed)")
+        }
+    }
+
+    @Test func aWebSocketThatStopsReadingIsClosedTooSlow() async throws {
+        try await withAccountsGateway(arguments: ["--stream-heartbeat-ms", "200"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let stream = try await harness.openStream(session, .webSocket, receiveBufferBytes: 2048, timeout: 10)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            // Fill the socket's buffers with cues the client never reads.
+            let filler = String(repeating: "t", count: 200)
+            try await harness.database.admin.execute(
+                """
+                do $$ begin
+                    for i in 1..3000 loop
+                        perform pg_notify('ferry_cue', '\(session.userID) - \(filler)' || i);
+                        commit;
+                    end loop;
+                end $$;
+                """)
+            #expect(try await harness.metric("ferry_stream_too_slow_total", becomes: 1) == 1)
+            stream.close()
+        }
+    }
+
+    @Test func anOversizedClientMessageCloses1009AndOtherStreamsCarryOn() async throws {
+        try await withAccountsGateway(arguments: ["--stream-max-message-bytes", "1024"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let rude = try await harness.openStream(session, .webSocket)
+            let polite = try await harness.openStream(session, .webSocket)
+            _ = try await rude.nextMessageAsync(ofType: "hello")
+            _ = try await polite.nextMessageAsync(ofType: "hello")
+            try await offload { try rude.sendText(String(repeating: "x", count: 4096)) }
+            #expect(try await rude.nextCloseAsync().code == 1009)
+            try await harness.database.admin.execute("select pg_notify('ferry_cue', '\(session.userID) - notes')")
+            #expect(try await polite.nextMessageAsync(ofType: "cue").strings("tables") == ["notes"])
+            // The rude stream's close handshake ends on its own time.
+            #expect(
+                try await harness.metric("ferry_streams_open", labels: #"transport="websocket""#, becomes: 1) == 1)
+        }
+    }
+
+    @Test(arguments: transports)
+    func shutdownClosesStreams1001(transport: StreamTestClient.Transport) async throws {
+        try await AccountsDatabase.with { database in
+            let (stream, gateway) = try await withStartedGateway(databaseURL: database.gatewayURL) {
+                gateway, port in
+                let harness = AccountsGateway(database: database, gateway: gateway, port: port)
+                let stream = try await harness.openStream(try await harness.signUpAnonymous(), transport)
+                _ = try await stream.nextMessageAsync(ofType: "hello")
+                return (stream, gateway)
+            }
+            // withStartedGateway shut the gateway down on the way out.
+            _ = gateway
+            let close = try await stream.nextCloseAsync()
+            #expect(close.code == 1001, "\(close)")
+        }
+    }
+}
+
+// MARK: - Helpers
+
+extension AccountsGateway {
+    /// Opens a stream with `session`'s token (or `token`).
+    func openStream(
+        _ session: TestSession, _ transport: StreamTestClient.Transport, token: String? = nil,
+        tokenInQuery: Bool = false, receiveBufferBytes: Int32? = nil, timeout: Double = 5
+    ) async throws -> StreamTestClient {
+        let port = port
+        return try await offload {
+            try StreamTestClient(
+                port: port, transport: transport, token: token ?? session.accessToken, tokenInQuery: tokenInQuery,
+                timeout: timeout, receiveBufferBytes: receiveBufferBytes)
+        }
+    }
+
+    /// A token for `session` that expires `seconds` from now, signed with the gateway's secret.
+    func token(for session: TestSession, expiresIn seconds: Int) -> String {
+        let now = Int(Date().timeIntervalSince1970)
+        var claims = gateway.accounts.tokens.claims(
+            userID: UUID(uuidString: session.userID)!, sessionID: UUID(uuidString: session.sessionID)!,
+            deviceID: session.deviceID, isAnonymous: true, now: now - 10)
+        claims.expiresAt = now + seconds
+        return gateway.accounts.tokens.sign(claims)
+    }
+
+    /// Upserts one task as `session`'s device (the `tasks` example app).
+    func pushTask(_ session: TestSession, id: String) async throws {
+        let response = try await call(
+            "POST", "/v1/push", token: session.accessToken,
+            json: [
+                "mutations": [
+                    ["id": Int.random(in: 1...1_000_000), "table": "tasks", "op": "upsert", "row": ["id": id]]
+                ]
+            ])
+        try #require(response.status == 200, "push: \(response)")
+    }
+
+    /// Polls a metric (every 50 ms, 10 s at most) until it equals `expected`; returns its last value.
+    func metric(_ name: String, labels: String? = nil, becomes expected: Int) async throws -> Int {
+        var value = try await metric(name, labels: labels)
+        for _ in 0..<200 where value != expected {
+            try await Task.sleep(for: .milliseconds(50))
+            value = try await metric(name, labels: labels)
+        }
+        return value
+    }
+
+    /// A counter or gauge from `/metrics` (summed over its series with `labels`, if given).
+    func metric(_ name: String, labels: String? = nil) async throws -> Int {
+        let response = try await call("GET", "/metrics")
+        var total = 0
+        for line in response.raw.text.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2 else { continue }
+            let series = parts[0]
+            let matches =
+                labels.map { series == "\(name){\($0)}" } ?? (series == name || series.hasPrefix(name + "{"))
+            if matches, let value = Double(parts[1]) { total += Int(value) }
+        }
+        return total
+    }
+}
+
+/// The answer to opening a stream that must be refused: "status body".
+private func refusal(
+    _ harness: AccountsGateway, token: String?, _ transport: StreamTestClient.Transport
+) async throws -> String {
+    let port = harness.port
+    return try await offload { () -> String in
+        do {
+            let client = try StreamTestClient(port: port, transport: transport, token: token)
+            client.close()
+            return "opened"
+        } catch let error as HTTPTestClientError {
+            return error.description
+        }
+    }
+}
+
+extension StreamTestClient {
+    func nextMessageAsync(ofType type: String) async throws -> Message {
+        try await offload { try self.nextMessage(ofType: type) }
+    }
+
+    func nextCloseAsync() async throws -> (code: Int?, reason: String) {
+        let close = try await offload { () throws -> StreamClose in
+            let close = try self.nextClose()
+            return StreamClose(code: close.code, reason: close.reason)
+        }
+        return (close.code, close.reason)
+    }
+}
+
+private struct StreamClose: Sendable {
+    var code: Int?
+    var reason: String
+}

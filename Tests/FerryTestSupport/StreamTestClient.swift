@@ -1,0 +1,230 @@
+import Foundation
+
+/// A blocking client of Ferry's streams (PROTOCOL.md "Streams") for tests: a WebSocket
+/// (RFC 6455 client side: masked frames out, pings answered) or an SSE reader, over
+/// an ``HTTPTestClient`` socket so every read is bounded by its timeout.
+///
+/// One thread at a time (tests hand it to ``offload``-style blocking work, never to two at once).
+public final class StreamTestClient: @unchecked Sendable {
+    /// Which endpoint to open.
+    public enum Transport: Sendable {
+        /// `GET /v1/stream`.
+        case webSocket
+        /// `GET /v1/events`.
+        case serverSentEvents
+    }
+
+    /// One JSON message as received.
+    public struct Message: Sendable, CustomStringConvertible {
+        /// The message's JSON text.
+        public let json: String
+
+        /// The message's `type`.
+        public var type: String? { string("type") }
+
+        /// A string member.
+        public func string(_ key: String) -> String? { object[key] as? String }
+        /// An integer member.
+        public func int(_ key: String) -> Int? { object[key] as? Int }
+        /// A list-of-strings member.
+        public func strings(_ key: String) -> [String]? { object[key] as? [String] }
+        /// Whether `key` is present with a JSON null.
+        public func isNull(_ key: String) -> Bool { object[key] is NSNull }
+
+        private var object: [String: Any] {
+            (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [String: Any] ?? [:]
+        }
+
+        public var description: String { json }
+    }
+
+    /// What the server sent next.
+    public enum Event: Sendable {
+        /// A JSON message (a WebSocket text frame, or an SSE event's data).
+        case message(Message)
+        /// The stream ended: a WebSocket close frame, or SSE's `closed` event (nil code:
+        /// the connection ended without either).
+        case closed(code: Int?, reason: String)
+    }
+
+    /// The socket; tests may read its raw state.
+    public let socket: HTTPTestClient
+    /// The transport in use.
+    public let transport: Transport
+    /// Heartbeats seen: WebSocket pings (answered) or SSE `: ping` comments.
+    public private(set) var heartbeats = 0
+    /// SSE `retry:` hint, once seen.
+    public private(set) var retryMilliseconds: Int?
+
+    /// Opens a stream; throws ``HTTPTestClientError`` with the status and body when the
+    /// server refuses (no 101 / 200).
+    public init(
+        port: Int, transport: Transport, token: String?, tokenInQuery: Bool = false, timeout: Double = 5,
+        receiveBufferBytes: Int32? = nil
+    ) throws {
+        socket = try HTTPTestClient(port: port, timeout: timeout, receiveBufferBytes: receiveBufferBytes)
+        self.transport = transport
+        var path = transport == .webSocket ? "/v1/stream" : "/v1/events"
+        var head = ""
+        if let token {
+            if tokenInQuery { path += "?access_token=" + token } else { head += "Authorization: Bearer \(token)\r\n" }
+        }
+        switch transport {
+        case .webSocket:
+            let key = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+            head +=
+                "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: \(key)\r\n"
+        case .serverSentEvents:
+            head += "Accept: text/event-stream\r\n"
+        }
+        try socket.send("GET \(path) HTTP/1.1\r\nHost: test\r\n\(head)\r\n")
+        let response = try socket.readResponse(toHead: true)
+        let expected = transport == .webSocket ? 101 : 200
+        guard response.status == expected else {
+            // The refusal is an ordinary response with a body.
+            let body = response.header("Content-Length").flatMap(Int.init).map { try? socket.readBytes($0) } ?? nil
+            throw HTTPTestClientError(
+                description: "\(response.status) \(String(decoding: body ?? [], as: UTF8.self))")
+        }
+    }
+
+    // MARK: - Receiving
+
+    /// The next message or the end, answering WebSocket pings and counting heartbeats on the way.
+    public func next() throws -> Event {
+        switch transport {
+        case .webSocket: return try nextFrame()
+        case .serverSentEvents: return try nextEvent()
+        }
+    }
+
+    /// Skips messages until one of `type`; throws if the stream ends first.
+    public func nextMessage(ofType type: String) throws -> Message {
+        for _ in 0..<10_000 {
+            switch try next() {
+            case .message(let message) where message.type == type: return message
+            case .message: continue
+            case .closed(let code, let reason):
+                throw HTTPTestClientError(description: "stream closed (\(code ?? -1) \(reason)) before a \(type)")
+            }
+        }
+        throw HTTPTestClientError(description: "no \(type) in 10,000 messages")
+    }
+
+    /// Skips messages until the stream ends; returns its close code and reason.
+    public func nextClose() throws -> (code: Int?, reason: String) {
+        for _ in 0..<10_000 {
+            if case .closed(let code, let reason) = try next() { return (code, reason) }
+        }
+        throw HTTPTestClientError(description: "no close in 10,000 messages")
+    }
+
+    private func nextFrame() throws -> Event {
+        var message: [UInt8] = []
+        while true {
+            let head = try socket.readBytes(2)
+            let isFinal = head[0] & 0x80 != 0
+            let opcode = head[0] & 0x0F
+            guard head[1] & 0x80 == 0 else { throw HTTPTestClientError(description: "the server masked a frame") }
+            var length = Int(head[1] & 0x7F)
+            if length == 126 {
+                length = try socket.readBytes(2).reduce(0) { $0 << 8 | Int($1) }
+            } else if length == 127 {
+                length = try socket.readBytes(8).reduce(0) { $0 << 8 | Int($1) }
+            }
+            let payload = try socket.readBytes(length)
+            switch opcode {
+            case 0x9:
+                heartbeats += 1
+                try sendFrame(opcode: 0xA, payload)
+            case 0xA:
+                continue
+            case 0x8:
+                let code = payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : nil
+                let reason = payload.count > 2 ? String(decoding: payload[2...], as: UTF8.self) : ""
+                // Answer the close, as a client must.
+                try? sendFrame(opcode: 0x8, Array(payload.prefix(2)))
+                return .closed(code: code, reason: reason)
+            case 0x1, 0x0:
+                message += payload
+                guard isFinal else { continue }
+                return .message(try Self.message(message))
+            default:
+                throw HTTPTestClientError(description: "unexpected opcode \(opcode)")
+            }
+        }
+    }
+
+    private func nextEvent() throws -> Event {
+        while true {
+            let block: [UInt8]
+            do {
+                block = try socket.readThrough(Array("\n\n".utf8))
+            } catch {
+                return .closed(code: nil, reason: "connection ended")
+            }
+            var type = "message"
+            var data = ""
+            for line in String(decoding: block, as: UTF8.self).split(separator: "\n") {
+                if line.hasPrefix(":") {
+                    if line.dropFirst().trimmingPrefix(" ") == "ping" { heartbeats += 1 }
+                } else if line.hasPrefix("event:") {
+                    type = String(line.dropFirst(6).trimmingPrefix(" "))
+                } else if line.hasPrefix("data:") {
+                    data += line.dropFirst(5).trimmingPrefix(" ")
+                } else if line.hasPrefix("retry:") {
+                    retryMilliseconds = Int(line.dropFirst(6).trimmingPrefix(" "))
+                }
+            }
+            // A comment (heartbeat) or the retry hint alone.
+            guard !data.isEmpty else { continue }
+            let message = try Self.message(Array(data.utf8))
+            if type == "closed" {
+                return .closed(code: message.int("code"), reason: message.string("reason") ?? "")
+            }
+            guard message.type == type else {
+                throw HTTPTestClientError(description: "event \(type) carries \(message)")
+            }
+            return .message(message)
+        }
+    }
+
+    private static func message(_ bytes: [UInt8]) throws -> Message {
+        guard (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any] else {
+            throw HTTPTestClientError(description: "not a JSON object: \(String(decoding: bytes, as: UTF8.self))")
+        }
+        return Message(json: String(decoding: bytes, as: UTF8.self))
+    }
+
+    // MARK: - Sending (WebSocket)
+
+    /// Sends a text message (masked, as clients must).
+    public func sendText(_ text: String) throws {
+        try sendFrame(opcode: 0x1, Array(text.utf8))
+    }
+
+    /// Sends one frame; `masked: false` breaks RFC 6455 on purpose.
+    public func sendFrame(opcode: UInt8, _ payload: [UInt8], masked: Bool = true, final: Bool = true) throws {
+        var frame: [UInt8] = [(final ? 0x80 : 0) | opcode]
+        let maskBit: UInt8 = masked ? 0x80 : 0
+        if payload.count < 126 {
+            frame.append(maskBit | UInt8(payload.count))
+        } else if payload.count <= 0xFFFF {
+            frame += [maskBit | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        } else {
+            frame.append(maskBit | 127)
+            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
+        }
+        if masked {
+            let mask = (0..<4).map { _ in UInt8.random(in: 0...255) }
+            frame += mask
+            frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        } else {
+            frame += payload
+        }
+        try socket.send(frame)
+    }
+
+    /// Closes the socket.
+    public func close() { socket.close() }
+}
