@@ -42,6 +42,7 @@ final class CueFloor: @unchecked Sendable {
     func stop() {
         onLoop(loop) { self.connection?.close() }
         loop.stop()
+        loop.waitUntilStopped()
     }
 }
 
@@ -154,5 +155,6 @@ final class Writer: @unchecked Sendable {
     func stop() {
         onLoop(loop) { self.connection?.close() }
         loop.stop()
+        loop.waitUntilStopped()
     }
 }

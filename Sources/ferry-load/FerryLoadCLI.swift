@@ -79,7 +79,10 @@ enum SignUpCommand {
         let output = try options.string("out")
         let connections = try options.integer("connections", default: 32)
         let loop = EventLoop.spawn(name: "signup")
-        defer { loop.stop() }
+        defer {
+            loop.stop()
+            loop.waitUntilStopped()
+        }
         let started = monotonicNanoseconds()
         let address = try SocketAddress(host: server.host, port: server.port)
         let (users, failure) = waitOnLoop(loop) { (done: @escaping (([SignedUpUser], String?)) -> Void) in

@@ -102,9 +102,13 @@ enum StreamsWorker {
         stop(sets)
     }
 
+    /// Closes every stream and waits until each loop has run its close callbacks
+    /// (the streams report to their set until then, so the sets must outlive them).
     private static func stop(_ sets: [StreamSet]) {
         for set in sets { onLoop(set.loop) { set.closeAll() } }
         for set in sets { set.loop.stop() }
+        for set in sets { set.loop.waitUntilStopped() }
+        withExtendedLifetime(sets) {}
     }
 
     static func transport(_ options: Options) throws(UsageError) -> StreamTransport {
