@@ -16,7 +16,9 @@
 #   broadcast  with BROADCAST_STREAMS (50,000) streams open, one upsert on bench_news
 #              (a `shared` table) per round, ROUNDS rounds: commit -> the last stream's
 #              cue. Goal: < 250 ms (the median round). The 50,000-stream idle figures
-#              come from these runs (memory is read before the first round).
+#              come from these runs (memory is read before the first round). Also the
+#              CPU time a round cost the gateways and the ferry-load processes, which
+#              share the machine's cores with them.
 #
 # Each figure is the median of RUNS runs; every idle and broadcast run starts fresh
 # gateways, so memory freed by an earlier run cannot hide a later run's. The
@@ -32,7 +34,8 @@
 #
 # Usage: bench/realtime.sh   (env: RUNS=3 LATENCY_STREAMS="1000 10000" IDLE_STREAMS=10000
 #        BROADCAST_STREAMS=50000 RATE=200 WRITE_SECONDS=20 ROUNDS=5 SETTLE=3 LOOPS=2
-#        POOL_SIZE=2 TRANSPORTS="websocket sse"; REALTIME_SKIP_CUE_COST=1 skips cue-cost.sh)
+#        POOL_SIZE=2 TRANSPORTS="websocket sse"; LATENCY_STREAMS="" or IDLE_STREAMS="" skip
+#        those runs; REALTIME_SKIP_CUE_COST=1 skips cue-cost.sh)
 # Ferry is the release `ferry serve` logged in as ferry_gateway, against the embedded
 # database (`make db`; the port follows FERRY_DEV_PG_PORT), migrated with sql/ferry; the
 # bench tables are created here. The users it signs up stay; `ferry db reset` clears them.
@@ -166,6 +169,8 @@ for run in $(seq "$RUNS"); do
             --settle-seconds "$SETTLE"
         keep "idle-$transport-$n" "broadcast-$transport-$run" server_bytes_per_stream
         keep "broadcast-$transport" "broadcast-$transport-$run" broadcast_last_ms_median
+        keep "broadcast-$transport-server-cpu" "broadcast-$transport-$run" broadcast_server_cpu_ms_per_round
+        keep "broadcast-$transport-client-cpu" "broadcast-$transport-$run" broadcast_client_cpu_ms_per_round
         grep '^broadcast_round' "$tmp/broadcast-$transport-$run.out" >&2
     done
 done
@@ -174,6 +179,7 @@ echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # PASS when $1 is a number below $2 (a run that timed out reports `inf`).
 below() { [[ $1 =~ ^-?[0-9.]+$ ]] && [ "$(echo "$1 < $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
+if [ -n "${LATENCY_STREAMS// /}" ]; then
 echo
 echo "Cue latency, commit -> cue (ms, median of $RUNS runs; WebSocket; $RATE writes/s for $WRITE_SECONDS s)"
 printf '%-8s %28s %28s %20s %10s\n' streams "Ferry p50 / p99 / max" "floor p50 / p99 / max" "added p50 / p99" missing
@@ -185,6 +191,7 @@ for n in $LATENCY_STREAMS; do
         "$(listed "latency-$n-ferry_cue_missing")"
     echo "  runs, added p50: $(listed "latency-$n-ferry_added_ms_p50"); added p99: $(listed "latency-$n-ferry_added_ms_p99")"
 done
+fi
 echo
 echo "Idle streams: gateway resident memory per stream (bytes, median of $RUNS runs)"
 for transport in $TRANSPORTS; do
@@ -196,16 +203,20 @@ done
 echo
 echo "Broadcast: one shared-table statement -> the last of $BROADCAST_STREAMS streams cued (ms; median round, median of $RUNS runs)"
 for transport in $TRANSPORTS; do
-    printf '  %-10s %8s   runs %s\n' "$transport" "$(median_of "broadcast-$transport")" "$(listed "broadcast-$transport")"
+    printf '  %-10s %8s   runs %s;  CPU per round: gateways %s ms, ferry-load %s ms\n' "$transport" \
+        "$(median_of "broadcast-$transport")" "$(listed "broadcast-$transport")" \
+        "$(median_of "broadcast-$transport-server-cpu")" "$(median_of "broadcast-$transport-client-cpu")"
 done
 echo
-largest=${LATENCY_STREAMS##* }
-added50=$(median_of "latency-$largest-ferry_added_ms_p50")
-added99=$(median_of "latency-$largest-ferry_added_ms_p99")
-printf '%-58s %10s  %s (goal < %s)\n' "cue latency added at p50, $largest streams (ms)" "$added50" \
-    "$(below "$added50" "$GOAL_ADDED_P50_MS")" "$GOAL_ADDED_P50_MS"
-printf '%-58s %10s  %s (goal < %s)\n' "cue latency added at p99, $largest streams (ms)" "$added99" \
-    "$(below "$added99" "$GOAL_ADDED_P99_MS")" "$GOAL_ADDED_P99_MS"
+if [ -n "${LATENCY_STREAMS// /}" ]; then
+    largest=${LATENCY_STREAMS##* }
+    added50=$(median_of "latency-$largest-ferry_added_ms_p50")
+    added99=$(median_of "latency-$largest-ferry_added_ms_p99")
+    printf '%-58s %10s  %s (goal < %s)\n' "cue latency added at p50, $largest streams (ms)" "$added50" \
+        "$(below "$added50" "$GOAL_ADDED_P50_MS")" "$GOAL_ADDED_P50_MS"
+    printf '%-58s %10s  %s (goal < %s)\n' "cue latency added at p99, $largest streams (ms)" "$added99" \
+        "$(below "$added99" "$GOAL_ADDED_P99_MS")" "$GOAL_ADDED_P99_MS"
+fi
 for transport in $TRANSPORTS; do
     goal=$GOAL_WEBSOCKET_BYTES
     [ "$transport" = sse ] && goal=$GOAL_SSE_BYTES
@@ -223,5 +234,6 @@ done
 if [ -x bench/cue-cost.sh ] && [ "${REALTIME_SKIP_CUE_COST:-0}" != 1 ]; then
     echo
     echo "== bench/cue-cost.sh"
-    bench/cue-cost.sh
+    # With its own defaults: RUNS here means this script's runs.
+    env -u RUNS bench/cue-cost.sh
 fi

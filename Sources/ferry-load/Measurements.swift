@@ -132,8 +132,11 @@ enum Measurements {
         defer { writer.stop() }
 
         var lasts: [Double] = []
+        var cpu = (server: 0.0, clients: 0.0)
         for round in 1...rounds {
             let expected = try fleet.openNow()
+            let serverCPU = try servers.map(cpuMilliseconds) ?? 0
+            let clientCPU = try cpuMilliseconds(fleet.pids)
             let (sent, answered) = try writer.commit(
                 "insert into \(table) (id, body) values (1, $1) on conflict (id) do update set body = excluded.body",
                 ["round \(round) at \(monotonicNanoseconds())"])
@@ -145,17 +148,28 @@ enum Measurements {
                 Thread.sleep(forTimeInterval: 0.02)
             }
             let floorAt = floor.received().first { $0.owner == "*" && $0.at >= sent }?.at
+            // CPU the round cost (the polling above adds a little to the clients'):
+            // server and clients share this machine's cores.
+            let roundCPU = (
+                server: try servers.map(cpuMilliseconds).map { $0 - serverCPU } ?? 0,
+                clients: try cpuMilliseconds(fleet.pids) - clientCPU
+            )
+            cpu.server += roundCPU.server
+            cpu.clients += roundCPU.clients
             let last = cued.count > 0 ? Double(cued.latest - sent) / 1e6 : .infinity
             printLine(
                 "broadcast_round \(round) cued \(cued.count)/\(expected) last_ms \(milliseconds(last)) "
                     + "floor_ms \(floorAt.map { milliseconds(Double($0 - sent) / 1e6) } ?? "none") "
-                    + "statement_ms \(milliseconds(Double(answered - sent) / 1e6))")
+                    + "statement_ms \(milliseconds(Double(answered - sent) / 1e6)) "
+                    + "cpu_ms server \(Int(roundCPU.server)) clients \(Int(roundCPU.clients))")
             lasts.append(cued.count >= expected ? last : .infinity)
             Thread.sleep(forTimeInterval: 1)
         }
         let sorted = lasts.sorted()
         printLine("broadcast_last_ms_median \(milliseconds(sorted[(sorted.count - 1) / 2]))")
         printLine("broadcast_last_ms_max \(milliseconds(sorted[sorted.count - 1]))")
+        if servers != nil { printLine("broadcast_server_cpu_ms_per_round \(Int(cpu.server / Double(rounds)))") }
+        printLine("broadcast_client_cpu_ms_per_round \(Int(cpu.clients / Double(rounds)))")
     }
 
     // MARK: - Shared figures
@@ -188,6 +202,23 @@ enum Measurements {
         let pids = try options.string("server-pids").split(separator: ",").compactMap { Int32($0) }
         guard !pids.isEmpty else { throw UsageError("--server-pids wants process ids, comma-separated") }
         return pids
+    }
+
+    /// The summed CPU time (user + system, `/proc/<pid>/stat`) of `pids`, in
+    /// milliseconds (the kernel counts it in clock ticks, usually 10 ms).
+    static func cpuMilliseconds(_ pids: [Int32]) throws -> Double {
+        let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return try pids.map { pid in
+            let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+            // Fields after the command name, which is in parentheses and may hold spaces.
+            guard let close = stat.lastIndex(of: ")") else { throw LoadError("unreadable /proc/\(pid)/stat") }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+            guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
+                throw LoadError("unreadable /proc/\(pid)/stat")
+            }
+            return (user + system) * 1000 / ticksPerSecond
+        }.reduce(0, +)
     }
 
     /// The summed `VmRSS` of `pids`, in KiB.

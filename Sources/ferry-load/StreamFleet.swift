@@ -100,6 +100,9 @@ final class StreamFleet {
         return events
     }
 
+    /// The worker processes' ids.
+    var pids: [Int32] { workers.map(\.pid) }
+
     /// Closes every stream and waits for the workers to exit.
     func stop() {
         for worker in workers { worker.send("quit") }
@@ -121,6 +124,9 @@ final class StreamFleet {
             process.standardOutput = output
             try process.run()
         }
+
+        /// The worker's process id.
+        var pid: Int32 { process.processIdentifier }
 
         func send(_ line: String) {
             input.fileHandleForWriting.write(Data((line + "\n").utf8))
