@@ -44,8 +44,8 @@ cd "$(dirname "$0")/.."
 source bench/lib.bash
 
 RUNS=${RUNS:-3}
-LATENCY_STREAMS=${LATENCY_STREAMS:-"1000 10000"}
-IDLE_STREAMS=${IDLE_STREAMS:-10000}
+LATENCY_STREAMS=${LATENCY_STREAMS-"1000 10000"}
+IDLE_STREAMS=${IDLE_STREAMS-10000}
 BROADCAST_STREAMS=${BROADCAST_STREAMS:-50000}
 TRANSPORTS=${TRANSPORTS:-"websocket sse"}
 RATE=${RATE:-200}
@@ -171,6 +171,8 @@ for run in $(seq "$RUNS"); do
         keep "broadcast-$transport" "broadcast-$transport-$run" broadcast_last_ms_median
         keep "broadcast-$transport-server-cpu" "broadcast-$transport-$run" broadcast_server_cpu_ms_per_round
         keep "broadcast-$transport-client-cpu" "broadcast-$transport-$run" broadcast_client_cpu_ms_per_round
+        keep "broadcast-$transport-server-system" "broadcast-$transport-$run" broadcast_server_system_cpu_ms_per_round
+        keep "broadcast-$transport-client-system" "broadcast-$transport-$run" broadcast_client_system_cpu_ms_per_round
         grep '^broadcast_round' "$tmp/broadcast-$transport-$run.out" >&2
     done
 done
@@ -203,9 +205,10 @@ done
 echo
 echo "Broadcast: one shared-table statement -> the last of $BROADCAST_STREAMS streams cued (ms; median round, median of $RUNS runs)"
 for transport in $TRANSPORTS; do
-    printf '  %-10s %8s   runs %s;  CPU per round: gateways %s ms, ferry-load %s ms\n' "$transport" \
-        "$(median_of "broadcast-$transport")" "$(listed "broadcast-$transport")" \
-        "$(median_of "broadcast-$transport-server-cpu")" "$(median_of "broadcast-$transport-client-cpu")"
+    printf '  %-10s %8s   runs %s\n' "$transport" "$(median_of "broadcast-$transport")" "$(listed "broadcast-$transport")"
+    printf '  %-10s CPU per round: gateways %s ms (system %s), ferry-load %s ms (system %s)\n' "" \
+        "$(median_of "broadcast-$transport-server-cpu")" "$(median_of "broadcast-$transport-server-system")" \
+        "$(median_of "broadcast-$transport-client-cpu")" "$(median_of "broadcast-$transport-client-system")"
 done
 echo
 if [ -n "${LATENCY_STREAMS// /}" ]; then

@@ -132,11 +132,12 @@ enum Measurements {
         defer { writer.stop() }
 
         var lasts: [Double] = []
-        var cpu = (server: 0.0, clients: 0.0)
+        var serverCPU = CPUTime()
+        var clientsCPU = CPUTime()
         for round in 1...rounds {
             let expected = try fleet.openNow()
-            let serverCPU = try servers.map(cpuMilliseconds) ?? 0
-            let clientCPU = try cpuMilliseconds(fleet.pids)
+            let serverBefore = try servers.map(cpuTime) ?? CPUTime()
+            let clientsBefore = try cpuTime(fleet.pids)
             let (sent, answered) = try writer.commit(
                 "insert into \(table) (id, body) values (1, $1) on conflict (id) do update set body = excluded.body",
                 ["round \(round) at \(monotonicNanoseconds())"])
@@ -150,26 +151,30 @@ enum Measurements {
             let floorAt = floor.received().first { $0.owner == "*" && $0.at >= sent }?.at
             // CPU the round cost (the polling above adds a little to the clients'):
             // server and clients share this machine's cores.
-            let roundCPU = (
-                server: try servers.map(cpuMilliseconds).map { $0 - serverCPU } ?? 0,
-                clients: try cpuMilliseconds(fleet.pids) - clientCPU
-            )
-            cpu.server += roundCPU.server
-            cpu.clients += roundCPU.clients
+            let serverRound = (try servers.map(cpuTime) ?? CPUTime()) - serverBefore
+            let clientsRound = try cpuTime(fleet.pids) - clientsBefore
+            serverCPU = serverCPU + serverRound
+            clientsCPU = clientsCPU + clientsRound
             let last = cued.count > 0 ? Double(cued.latest - sent) / 1e6 : .infinity
+            let floorText = floorAt.map { milliseconds(Double($0 - sent) / 1e6) } ?? "none"
+            let statement = milliseconds(Double(answered - sent) / 1e6)
             printLine(
                 "broadcast_round \(round) cued \(cued.count)/\(expected) last_ms \(milliseconds(last)) "
-                    + "floor_ms \(floorAt.map { milliseconds(Double($0 - sent) / 1e6) } ?? "none") "
-                    + "statement_ms \(milliseconds(Double(answered - sent) / 1e6)) "
-                    + "cpu_ms server \(Int(roundCPU.server)) clients \(Int(roundCPU.clients))")
+                    + "floor_ms \(floorText) statement_ms \(statement) "
+                    + "cpu_ms server \(serverRound) clients \(clientsRound)")
             lasts.append(cued.count >= expected ? last : .infinity)
             Thread.sleep(forTimeInterval: 1)
         }
         let sorted = lasts.sorted()
         printLine("broadcast_last_ms_median \(milliseconds(sorted[(sorted.count - 1) / 2]))")
         printLine("broadcast_last_ms_max \(milliseconds(sorted[sorted.count - 1]))")
-        if servers != nil { printLine("broadcast_server_cpu_ms_per_round \(Int(cpu.server / Double(rounds)))") }
-        printLine("broadcast_client_cpu_ms_per_round \(Int(cpu.clients / Double(rounds)))")
+        let perRound = Double(rounds)
+        if servers != nil {
+            printLine("broadcast_server_cpu_ms_per_round \(Int(serverCPU.total / perRound))")
+            printLine("broadcast_server_system_cpu_ms_per_round \(Int(serverCPU.system / perRound))")
+        }
+        printLine("broadcast_client_cpu_ms_per_round \(Int(clientsCPU.total / perRound))")
+        printLine("broadcast_client_system_cpu_ms_per_round \(Int(clientsCPU.system / perRound))")
     }
 
     // MARK: - Shared figures
@@ -204,11 +209,28 @@ enum Measurements {
         return pids
     }
 
-    /// The summed CPU time (user + system, `/proc/<pid>/stat`) of `pids`, in
-    /// milliseconds (the kernel counts it in clock ticks, usually 10 ms).
-    static func cpuMilliseconds(_ pids: [Int32]) throws -> Double {
+    /// CPU time in milliseconds, user and system (the kernel counts it in clock ticks,
+    /// usually 10 ms).
+    struct CPUTime: CustomStringConvertible {
+        var user = 0.0
+        var system = 0.0
+        var total: Double { user + system }
+        var description: String { "\(Int(total)) (system \(Int(system)))" }
+
+        static func - (left: CPUTime, right: CPUTime) -> CPUTime {
+            CPUTime(user: left.user - right.user, system: left.system - right.system)
+        }
+
+        static func + (left: CPUTime, right: CPUTime) -> CPUTime {
+            CPUTime(user: left.user + right.user, system: left.system + right.system)
+        }
+    }
+
+    /// The summed CPU time of `pids` (`/proc/<pid>/stat`).
+    static func cpuTime(_ pids: [Int32]) throws -> CPUTime {
         let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
-        return try pids.map { pid in
+        var time = CPUTime()
+        for pid in pids {
             let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
             // Fields after the command name, which is in parentheses and may hold spaces.
             guard let close = stat.lastIndex(of: ")") else { throw LoadError("unreadable /proc/\(pid)/stat") }
@@ -217,8 +239,10 @@ enum Measurements {
             guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
                 throw LoadError("unreadable /proc/\(pid)/stat")
             }
-            return (user + system) * 1000 / ticksPerSecond
-        }.reduce(0, +)
+            time.user += user * 1000 / ticksPerSecond
+            time.system += system * 1000 / ticksPerSecond
+        }
+        return time
     }
 
     /// The summed `VmRSS` of `pids`, in KiB.
