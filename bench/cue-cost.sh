@@ -118,44 +118,6 @@ done
 template+=']}'
 echo "$template" > "$tmp/push_template.json"
 
-# bench/sync.sh's push.lua: each wrk thread owns the devices of push.tsv whose index is its
-# own modulo the thread count and rotates over them; ids increase per device.
-cat > "$tmp/push.lua" <<'LUA'
-local counter = 0
-local threads = {}
-function setup(thread)
-    counter = counter + 1
-    thread:set("id", counter)
-    threads[#threads + 1] = thread
-end
--- Batches answered with a duplicate (ids out of order on a device): the run is void.
-duplicates = 0
-function response(status, headers, body)
-    if body:find('"duplicate"', 1, true) then duplicates = duplicates + 1 end
-end
-function done(summary, latency, requests)
-    local total = 0
-    for _, thread in ipairs(threads) do total = total + thread:get("duplicates") end
-    io.write("duplicate batches: " .. total .. "\n")
-end
-local tokens, template, base, n = {}, nil, 0, 0
-function init(args)
-    local threads, index = tonumber(args[2]), 0
-    for line in io.lines(args[1]) do
-        if index % threads == id - 1 then tokens[#tokens + 1] = "Bearer " .. line end
-        index = index + 1
-    end
-    local f = io.open(args[3]); template = f:read("*l"); f:close()
-    base = tonumber(args[4])
-end
-request = function()
-    n = n + 1
-    local body = template:gsub("@", tostring(base + n))
-    return wrk.format("POST", "/v1/push",
-        { ["Authorization"] = tokens[n % #tokens + 1], ["Content-Type"] = "application/json" }, body)
-end
-LUA
-
 # The batch is applied whole through the API (then the devices' numbers restart above it).
 token=$(head -1 "$tmp/push.tsv")
 curl -fs -X POST "$base/v1/push" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
@@ -182,7 +144,7 @@ measure() {
     local output rate count pg0 gw0 pg1 gw1
     pg0=$(cluster_ticks)
     gw0=$(process_ticks "$ferry_pid")
-    output=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$tmp/push.lua" "$base" -- "$tmp/push.tsv" \
+    output=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s bench/push.lua "$base" -- "$tmp/push.tsv" \
         "$THREADS" "$tmp/push_template.json" "$1")
     if grep -q 'Non-2xx' <<<"$output"; then
         echo "wrk: $(grep 'Non-2xx' <<<"$output")" >&2

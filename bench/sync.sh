@@ -219,45 +219,6 @@ request = function()
 end
 LUA
 
-cat > "$tmp/push.lua" <<'LUA'
--- Each thread owns the devices (tokens) of push.tsv whose index is its own modulo the
--- thread count and rotates over them; a request's number is base + the thread's
--- request counter, so ids increase per device. With many devices per connection a
--- device's previous batch has long been answered when its turn comes again.
-local counter = 0
-local threads = {}
-function setup(thread)
-    counter = counter + 1
-    thread:set("id", counter)
-    threads[#threads + 1] = thread
-end
--- Batches answered with a duplicate (ids out of order on a device): the run is void.
-duplicates = 0
-function response(status, headers, body)
-    if body:find('"duplicate"', 1, true) then duplicates = duplicates + 1 end
-end
-function done(summary, latency, requests)
-    local total = 0
-    for _, thread in ipairs(threads) do total = total + thread:get("duplicates") end
-    io.write("duplicate batches: " .. total .. "\n")
-end
-local tokens, template, base, n = {}, nil, 0, 0
-function init(args)
-    local threads, index = tonumber(args[2]), 0
-    for line in io.lines(args[1]) do
-        if index % threads == id - 1 then tokens[#tokens + 1] = "Bearer " .. line end
-        index = index + 1
-    end
-    local f = io.open(args[3]); template = f:read("*l"); f:close()
-    base = tonumber(args[4])
-end
-request = function()
-    n = n + 1
-    local body = template:gsub("@", tostring(base + n))
-    return wrk.format("POST", "/v1/push",
-        { ["Authorization"] = tokens[n % #tokens + 1], ["Content-Type"] = "application/json" }, body)
-end
-LUA
 
 # pgbench push: each client looks its device up once (client-side \if, no round trip
 # afterwards), then per transaction the identity statement and the gateway's push
@@ -362,7 +323,7 @@ for run in $(seq "$RUNS"); do
     pg_pull_runs+=("$(measure pgbench "${pull_scripts[@]}")")
     one_pull_runs+=("$(measure pgbench "${one_scripts[@]}")")
     # Mutation-id numbers: runs apart by far more than a run's requests.
-    ferry_push_runs+=("$(measure wrk -s "$tmp/push.lua" "$base" -- "$tmp/push.tsv" "$THREADS" \
+    ferry_push_runs+=("$(measure wrk -s bench/push.lua "$base" -- "$tmp/push.tsv" "$THREADS" \
         "$tmp/push_template.json" $((run * 100000000)))")
     pg_push_runs+=("$(measure pgbench -f "$tmp/push.sql" -D have=0 -D seq=$((run * 100000000)) \
         -D "template=$pg_template")")
