@@ -2,7 +2,8 @@ import FerryLoad
 import FerryLoop
 import Foundation
 
-/// `ferry-load`: the load generator behind bench/realtime.sh. Loopback only.
+/// `ferry-load`: the load generator behind bench/realtime.sh. Loopback, or a network
+/// namespace the bench script made (bench/broadcast-netns.sh).
 @main
 enum FerryLoadCLI {
     static let usage = """
@@ -24,7 +25,7 @@ enum FerryLoadCLI {
           --streams-per-process N (the file limit allows; one worker process per share)
           --loops-per-process 1 --concurrency 256 (handshakes in flight per loop)
           --source-base 127.A.B.1 (random) --streams-per-source 20000 --settle-seconds 3
-          --open-timeout 300
+          --open-timeout 300 --worker-netns NAME (workers run in that network namespace)
         Figures are printed as `name value` lines.
         """
 

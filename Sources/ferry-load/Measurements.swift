@@ -134,10 +134,12 @@ enum Measurements {
         var lasts: [Double] = []
         var serverCPU = CPUTime()
         var clientsCPU = CPUTime()
+        var machine = Array(repeating: ProcessorTime(), count: try processorTimes().count)
         for round in 1...rounds {
             let expected = try fleet.openNow()
             let serverBefore = try servers.map(cpuTime) ?? CPUTime()
             let clientsBefore = try cpuTime(fleet.pids)
+            let machineBefore = try processorTimes()
             let (sent, answered) = try writer.commit(
                 "insert into \(table) (id, body) values (1, $1) on conflict (id) do update set body = excluded.body",
                 ["round \(round) at \(monotonicNanoseconds())"])
@@ -153,15 +155,18 @@ enum Measurements {
             // server and clients share this machine's cores.
             let serverRound = (try servers.map(cpuTime) ?? CPUTime()) - serverBefore
             let clientsRound = try cpuTime(fleet.pids) - clientsBefore
+            let machineRound = zip(try processorTimes(), machineBefore).map { $0 - $1 }
             serverCPU = serverCPU + serverRound
             clientsCPU = clientsCPU + clientsRound
+            machine = zip(machine, machineRound).map { $0 + $1 }
             let last = cued.count > 0 ? Double(cued.latest - sent) / 1e6 : .infinity
             let floorText = floorAt.map { milliseconds(Double($0 - sent) / 1e6) } ?? "none"
             let statement = milliseconds(Double(answered - sent) / 1e6)
             printLine(
                 "broadcast_round \(round) cued \(cued.count)/\(expected) last_ms \(milliseconds(last)) "
                     + "floor_ms \(floorText) statement_ms \(statement) "
-                    + "cpu_ms server \(serverRound) clients \(clientsRound)")
+                    + "cpu_ms server \(serverRound) clients \(clientsRound) "
+                    + machineRound.enumerated().map { "cpu\($0.offset) \($0.element)" }.joined(separator: " "))
             lasts.append(cued.count >= expected ? last : .infinity)
             Thread.sleep(forTimeInterval: 1)
         }
@@ -175,6 +180,14 @@ enum Measurements {
         }
         printLine("broadcast_client_cpu_ms_per_round \(Int(clientsCPU.total / perRound))")
         printLine("broadcast_client_system_cpu_ms_per_round \(Int(clientsCPU.system / perRound))")
+        // Each processor's time, whoever used it (other work on the machine too): the
+        // receive processing a softirq does on an idle processor is in no process's figures.
+        for (index, time) in machine.enumerated() {
+            printLine("broadcast_cpu\(index)_user_ms_per_round \(Int(time.user / perRound))")
+            printLine("broadcast_cpu\(index)_system_ms_per_round \(Int(time.system / perRound))")
+            printLine("broadcast_cpu\(index)_softirq_ms_per_round \(Int(time.softirq / perRound))")
+            printLine("broadcast_cpu\(index)_idle_ms_per_round \(Int(time.idle / perRound))")
+        }
     }
 
     // MARK: - Shared figures
@@ -243,6 +256,44 @@ enum Measurements {
             time.system += system * 1000 / ticksPerSecond
         }
         return time
+    }
+
+    /// One processor's time in milliseconds, from its `cpuN` line of `/proc/stat`: user
+    /// (with nice), system, softirq (with hard irq; without CONFIG_IRQ_TIME_ACCOUNTING a
+    /// softirq tick is also in the interrupted process's system time), idle (with iowait).
+    struct ProcessorTime: CustomStringConvertible {
+        var user = 0.0
+        var system = 0.0
+        var softirq = 0.0
+        var idle = 0.0
+        var description: String {
+            "user \(Int(user)) system \(Int(system)) softirq \(Int(softirq)) idle \(Int(idle))"
+        }
+
+        static func - (left: ProcessorTime, right: ProcessorTime) -> ProcessorTime {
+            ProcessorTime(
+                user: left.user - right.user, system: left.system - right.system,
+                softirq: left.softirq - right.softirq, idle: left.idle - right.idle)
+        }
+
+        static func + (left: ProcessorTime, right: ProcessorTime) -> ProcessorTime {
+            ProcessorTime(
+                user: left.user + right.user, system: left.system + right.system,
+                softirq: left.softirq + right.softirq, idle: left.idle + right.idle)
+        }
+    }
+
+    /// Every processor's time so far (`/proc/stat`), in processor order.
+    static func processorTimes() throws -> [ProcessorTime] {
+        let millisecondsPerTick = 1000 / Double(sysconf(Int32(_SC_CLK_TCK)))
+        let stat = try String(contentsOfFile: "/proc/stat", encoding: .utf8)
+        return stat.split(separator: "\n").filter { $0.hasPrefix("cpu") && !$0.hasPrefix("cpu ") }.map { line in
+            // cpuN user nice system idle iowait irq softirq ...
+            let ticks = line.split(separator: " ").dropFirst().map { (Double($0) ?? 0) * millisecondsPerTick }
+            guard ticks.count >= 7 else { return ProcessorTime() }
+            return ProcessorTime(
+                user: ticks[0] + ticks[1], system: ticks[2], softirq: ticks[5] + ticks[6], idle: ticks[3] + ticks[4])
+        }
     }
 
     /// The summed `VmRSS` of `pids`, in KiB.

@@ -74,7 +74,7 @@ func printError(_ line: String) {
     FileHandle.standardError.write(Data((line + "\n").utf8))
 }
 
-/// `http://host:port` → the server's socket address (numeric hosts only: load goes to loopback).
+/// `http://host:port` → the server's socket address (numeric hosts only: loopback or a bench namespace).
 func serverAddress(_ url: String) throws -> SocketAddressText {
     guard let components = URLComponents(string: url), components.scheme == "http", let host = components.host,
         let port = components.port

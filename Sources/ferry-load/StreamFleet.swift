@@ -33,12 +33,15 @@ final class StreamFleet {
             "--open-timeout", String(try options.integer("open-timeout", default: 300)),
         ]
         if recordArrivals { forwarded.append("--record-arrivals") }
+        let namespace = options.optionalString("worker-netns")
         let started = monotonicNanoseconds()
         var first = 0
         for process in 0..<processes {
             let share = count / processes + (process < count % processes ? 1 : 0)
             workers.append(
-                try Worker(arguments: ["streams", "--first", String(first), "--count", String(share)] + forwarded))
+                try Worker(
+                    arguments: ["streams", "--first", String(first), "--count", String(share)] + forwarded,
+                    namespace: namespace))
             first += share
         }
         var failures: [String: Int] = [:]
@@ -117,9 +120,17 @@ final class StreamFleet {
         private let output = Pipe()
         private var buffer: [UInt8] = []
 
-        init(arguments: [String]) throws {
-            process.executableURL = URL(fileURLWithPath: try Self.ownExecutable())
-            process.arguments = arguments
+        /// With a `namespace`, the worker runs in that network namespace (`ip netns exec`,
+        /// which executes the worker in its own process: the process id stays the worker's).
+        init(arguments: [String], namespace: String? = nil) throws {
+            let executable = try Self.ownExecutable()
+            if let namespace {
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                process.arguments = ["ip", "netns", "exec", namespace, executable] + arguments
+            } else {
+                process.executableURL = URL(fileURLWithPath: executable)
+                process.arguments = arguments
+            }
             process.standardInput = input
             process.standardOutput = output
             try process.run()
