@@ -142,7 +142,8 @@ final class CueHub {
     private func flush() {
         // A broadcast gives thousands of streams the same cue: encode it once.
         var last: (cue: PendingCue, json: [UInt8])?
-        for subscriber in dirty where !subscriber.isClosing && subscriber.stream.unsentBytes == 0 {
+        // A stream the peer is closing (not yet reported) takes nothing.
+        for subscriber in dirty where subscriber.isWritable && subscriber.stream.unsentBytes == 0 {
             guard let pending = subscriber.pending else { continue }
             let json: [UInt8]
             if let last, last.cue.sameMessage(as: pending) {
@@ -158,7 +159,7 @@ final class CueHub {
     }
 
     private func sendPending(_ subscriber: StreamSubscriber) {
-        guard let pending = subscriber.pending, !subscriber.isClosing else { return }
+        guard let pending = subscriber.pending, subscriber.isWritable else { return }
         send(pending.message, pending: pending, to: subscriber)
     }
 
@@ -312,6 +313,9 @@ final class StreamSubscriber {
     var stalledAtLastHeartbeat = false
     var drainedSinceHeartbeat = false
     var isClosing = false
+
+    /// Whether messages can still go out: neither side has started closing.
+    var isWritable: Bool { !isClosing && stream.isOpen }
 
     init(stream: any EventStream, claims: AccessTokenClaims, expiresAt: Int, nextHeartbeat: UInt64) {
         self.stream = stream
