@@ -2,8 +2,10 @@
 # Accounts: anonymous sign-ups per second (POST /v1/auth/anonymous, a fresh device UUID
 # per request), and the cost of authentication: GET /v1/auth/user (Bearer token checked,
 # identity statement + ferry.current_account() in one pipeline, one round trip) against
-# GET /readyz (no token, `select 1`, one round trip). wrk -t2 -c64 -d10s, median of 3
-# runs each, runs interleaved (sign-up, user, readyz) so that drift on a shared machine
+# GET /readyz (no token, `select 1`, one round trip); and the token check alone, with no
+# database on either side: HEAD /v1/events (the stream route's headers after the check)
+# against GET /healthz, both sent the same Authorization header. wrk -t2 -c64 -d10s, median of 3
+# runs each, runs interleaved (sign-up, user, readyz, HEAD events, healthz) so that drift on a shared machine
 # hits all alike. Prints the rates, readyz/user (what an authenticated request costs
 # relative to an unauthenticated one) and PASS/FAIL against MAX_RATIO (1.10).
 #
@@ -62,6 +64,11 @@ request = function()
 end
 LUA
 
+# HEAD: the stream route's headers, after the token check and nothing else.
+cat > "$tmp/head.lua" <<'LUA'
+wrk.method = "HEAD"
+LUA
+
 port=$(free_port)
 base="http://127.0.0.1:$port"
 env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$(head -c 32 /dev/urandom | base64) \
@@ -92,21 +99,36 @@ requests_per_second() {
 signup_runs=()
 user_runs=()
 readyz_runs=()
+token_only_runs=()
+healthz_runs=()
 for _ in $(seq "$RUNS"); do
     signup_runs+=("$(requests_per_second -s "$tmp/signup.lua" "$base/v1/auth/anonymous")")
     user_runs+=("$(requests_per_second -H "Authorization: Bearer $token" "$base/v1/auth/user")")
     readyz_runs+=("$(requests_per_second "$base/readyz")")
+    token_only_runs+=("$(requests_per_second -s "$tmp/head.lua" -H "Authorization: Bearer $token" "$base/v1/events")")
+    # The same Authorization header (ignored there): both requests carry the same bytes.
+    healthz_runs+=("$(requests_per_second -H "Authorization: Bearer $token" "$base/healthz")")
 done
 
 signup=$(printf '%s\n' "${signup_runs[@]}" | median)
 user=$(printf '%s\n' "${user_runs[@]}" | median)
 readyz=$(printf '%s\n' "${readyz_runs[@]}" | median)
+token_only=$(printf '%s\n' "${token_only_runs[@]}" | median)
+healthz=$(printf '%s\n' "${healthz_runs[@]}" | median)
 ratio=$(echo "$readyz / $user" | bc -l)
-echo "runs: sign-up ${signup_runs[*]}; /v1/auth/user ${user_runs[*]}; /readyz ${readyz_runs[*]}" >&2
+token_ratio=$(echo "$healthz / $token_only" | bc -l)
+echo "runs: sign-up ${signup_runs[*]}; /v1/auth/user ${user_runs[*]}; /readyz ${readyz_runs[*]};" \
+    "HEAD /v1/events ${token_only_runs[*]}; /healthz ${healthz_runs[*]}" >&2
 verdict=$(echo "$ratio <= $MAX_RATIO" | bc -l)
+token_verdict=$(echo "$token_ratio <= $MAX_RATIO" | bc -l)
 
 printf '%-28s %12.0f req/s\n' "POST /v1/auth/anonymous" "$signup"
 printf '%-28s %12.0f req/s\n' "GET /v1/auth/user (Bearer)" "$user"
 printf '%-28s %12.0f req/s\n' "GET /readyz" "$readyz"
 printf '%-28s %12.3f  %s (limit %s)\n' "readyz / user" "$ratio" \
     "$([ "$verdict" -eq 1 ] && echo PASS || echo FAIL)" "$MAX_RATIO"
+# The token check alone: no database on either side, the same token sent to both.
+printf '%-28s %12.0f req/s\n' "HEAD /v1/events (Bearer)" "$token_only"
+printf '%-28s %12.0f req/s\n' "GET /healthz (token ignored)" "$healthz"
+printf '%-28s %12.3f  %s (limit %s)\n' "healthz / HEAD events" "$token_ratio" \
+    "$([ "$token_verdict" -eq 1 ] && echo PASS || echo FAIL)" "$MAX_RATIO"
