@@ -3,3 +3,5 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <openssl/crypto.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>

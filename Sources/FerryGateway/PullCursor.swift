@@ -16,12 +16,12 @@ struct PullCursorSealer: Sendable {
     static let maximumCursorBytes = 4096
     private static let label = Array("ferry pull cursor v1".utf8)
 
-    private let keys: [[UInt8]]
+    private let keys: [HMACKey]
 
     /// A sealer keyed from `secret`, also opening cursors keyed from `previousSecret`.
     init(secret: String, previousSecret: String? = nil) {
         keys = ([secret] + (previousSecret.map { [$0] } ?? [])).map { secret in
-            Self.label.withUnsafeBufferPointer { AccessTokenSigner.hmac(Array(secret.utf8), $0).array }
+            HMACKey(Self.label.withUnsafeBufferPointer { HMACKey(Array(secret.utf8)).mac($0).array })
         }
     }
 
@@ -52,8 +52,8 @@ struct PullCursorSealer: Sendable {
         return String(decoding: raw, as: UTF8.self)
     }
 
-    private func mac(_ key: [UInt8], _ encoded: String, _ identity: Identity) -> AccessTokenSigner.Digest {
+    private func mac(_ key: HMACKey, _ encoded: String, _ identity: Identity) -> AccessTokenSigner.Digest {
         let message = Array("\(encoded).\(identity.userID).\(identity.deviceID)".utf8)
-        return message.withUnsafeBufferPointer { AccessTokenSigner.hmac(key, $0) }
+        return message.withUnsafeBufferPointer { key.mac($0) }
     }
 }
