@@ -131,18 +131,11 @@ assert len(results) == '"$BATCH"' and all(r["status"] == "applied" for r in resu
 # children, plus live children) and of the gateway.
 postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
 ticks_per_second=$(getconf CLK_TCK)
-process_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
-cluster_ticks() {
-    local total child
-    total=$(process_ticks "$postmaster")
-    for child in $(pgrep -P "$postmaster"); do total=$((total + $(process_ticks "$child"))); done
-    echo "$total"
-}
 # "rate µs-of-PostgreSQL-CPU-per-push µs-of-gateway-CPU-per-push" for one wrk run; $1 is
 # the mutation-id base of the run.
 measure() {
     local output rate count pg0 gw0 pg1 gw1
-    pg0=$(cluster_ticks)
+    pg0=$(cluster_ticks "$postmaster")
     gw0=$(process_ticks "$ferry_pid")
     output=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s bench/push.lua "$base" -- "$tmp/push.tsv" \
         "$THREADS" "$tmp/push_template.json" "$1")
@@ -157,7 +150,7 @@ measure() {
     fi
     rate=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$output")
     count=$(awk '/ requests in / { print $1 }' <<<"$output")
-    pg1=$(cluster_ticks)
+    pg1=$(cluster_ticks "$postmaster")
     gw1=$(process_ticks "$ferry_pid")
     echo "$rate $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc) $(echo "($gw1 - $gw0) * 1000000 / $ticks_per_second / $count" | bc)"
 }

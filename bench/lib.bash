@@ -18,3 +18,16 @@ wait_until_answers() {
 
 # The median of the numbers on standard input, one per line.
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# CPU time in clock ticks (getconf CLK_TCK a second): of process $1 with its reaped
+# children (fields 14-17 of /proc/<pid>/stat), 0 once it is gone.
+process_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+# Of the PostgreSQL cluster whose postmaster is $1: the postmaster with the backends it
+# reaped, plus its live children.
+cluster_ticks() {
+    local total child
+    total=$(process_ticks "$1")
+    for child in $(pgrep -P "$1"); do total=$((total + $(process_ticks "$child"))); done
+    echo "$total"
+}

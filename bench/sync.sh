@@ -255,18 +255,11 @@ assert len(results) == '"$BATCH"' and all(r["status"] == "applied" for r in resu
 # backends of earlier runs, plus its live children) and of the gateway.
 postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
 ticks_per_second=$(getconf CLK_TCK)
-process_ticks() { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
-cluster_ticks() {
-    local total child
-    total=$(process_ticks "$postmaster")
-    for child in $(pgrep -P "$postmaster"); do total=$((total + $(process_ticks "$child"))); done
-    echo "$total"
-}
 # "rate µs-of-PostgreSQL-CPU-per-op µs-of-gateway-CPU-per-op" for one run of "$@".
 measure() {
     local kind=$1 output rate count pg0 gw0 pg1 gw1
     shift
-    pg0=$(cluster_ticks)
+    pg0=$(cluster_ticks "$postmaster")
     gw0=$(process_ticks "$ferry_pid")
     if [ "$kind" = wrk ]; then
         # A run with any non-2xx answer is an error, not a figure.
@@ -297,7 +290,7 @@ measure() {
         # moves to its children's times) before reading, or some would be counted nowhere.
         sleep 1
     fi
-    pg1=$(cluster_ticks)
+    pg1=$(cluster_ticks "$postmaster")
     gw1=$(process_ticks "$ferry_pid")
     echo "$rate $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc) $(echo "($gw1 - $gw0) * 1000000 / $ticks_per_second / $count" | bc)"
 }
