@@ -115,6 +115,11 @@ import Testing
             // Bo's first message after hello is Bo's own cue, not Ana's.
             let cue = try await boStream.nextMessageAsync(ofType: "cue")
             #expect(cue.string("origin") == bo.deviceID, "\(cue)")
+            // Both cues were received once by the listener and written once each, and timed.
+            #expect(try await harness.metric("ferry_cues_received_total") == 2)
+            #expect(try await harness.metric("ferry_cues_sent_total") == 2)
+            #expect(try await harness.metric("ferry_cue_latency_seconds_count") == 2)
+            #expect(try await harness.metric("ferry_streams_open", labels: #"transport="websocket""#) == 2)
             anaStream.close()
             boStream.close()
         }
@@ -136,6 +141,8 @@ import Testing
                     end loop;
                 end $$;
                 """)
+            // Every notification reached the hub before the merging is counted.
+            #expect(try await harness.metric("ferry_cues_received_total", becomes: 10_000) == 10_000)
             let coalesced = try await harness.metric("ferry_cues_coalesced_total")
             #expect(coalesced > 5_000, "most cues must be merged while the reader is stalled: \(coalesced)")
             // Now it reads: a bounded backlog, ending with a cue that covers the last change.
@@ -215,11 +222,13 @@ import Testing
             let tabletToken = try #require(tabletAnswer.string("session", "access_token"), "\(tabletAnswer)")
             let tabletDevice = try #require(decodeClaims(tabletToken)["did"] as? String)
             let tablet = try harness.session(from: tabletAnswer, device: tabletDevice)
+            let phoneStream = try await harness.openStream(phone, .webSocket)
+            _ = try await phoneStream.nextMessageAsync(ofType: "hello")
             let claim = try await harness.call(
                 "POST", "/v1/locks/active_game/current/claim", token: phone.accessToken, json: ["force": false])
             #expect(claim.status == 200, "\(claim)")
-            let phoneStream = try await harness.openStream(phone, .webSocket)
-            _ = try await phoneStream.nextMessageAsync(ofType: "hello")
+            // The phone's own claim comes back first (read, so the takeover's cue is not merged into it).
+            #expect(try await phoneStream.nextMessageAsync(ofType: "cue").string("origin") == phone.deviceID)
             let takeover = try await harness.call(
                 "POST", "/v1/locks/active_game/current/claim", token: tablet.accessToken, json: ["force": true])
             #expect(takeover.status == 200, "\(takeover)")
