@@ -34,7 +34,7 @@ let package = Package(
         .executableTarget(name: "ferry", dependencies: ["FerryGateway"]),
         /// The load generator's clients (WebSocket, SSE, sign-ups) and measurements; bench/ drives it.
         .target(name: "FerryLoad", dependencies: ["FerryLoop", "CCrypto"]),
-        .executableTarget(name: "ferry-load", dependencies: ["FerryLoad", "FerryPostgres"]),
+        .executableTarget(name: "ferry-load", dependencies: ["FerryLoad", "FerryLoop", "FerryPostgres"]),
 
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, and small socket clients.

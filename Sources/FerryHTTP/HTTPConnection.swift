@@ -219,14 +219,3 @@ final class HTTPConnection: TCPConnectionDelegate {
         timer.start(after: (remaining + 999_999) / 1_000_000, onTimer)
     }
 }
-
-/// The monotonic clock Ferry measures durations with (CLOCK_MONOTONIC): never jumps.
-public enum MonotonicClock {
-    /// Nanoseconds since an arbitrary start.
-    @inline(__always)
-    public static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
-    }
-}

@@ -205,7 +205,7 @@ final class StreamClient: TCPConnectionDelegate {
 
     func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {
         // Timed as the bytes arrive, before any parsing.
-        let now = monotonicNanoseconds()
+        let now = MonotonicClock.now()
         switch phase {
         case .awaitingHead:
             head.append(contentsOf: bytes)

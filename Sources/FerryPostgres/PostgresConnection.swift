@@ -1,5 +1,6 @@
 import CLibPQ
 import FerryLoop
+import Glibc
 
 /// One PostgreSQL connection driven by libpq's non-blocking API on one event loop. Loop thread only.
 ///
@@ -31,6 +32,9 @@ public final class PostgresConnection {
 
     private var connection: OpaquePointer?
     private var poll: Poll?
+    /// The inode of the socket ``poll`` watches: a socket libpq reopens during connect
+    /// may get the same descriptor number back, and only the inode tells them apart.
+    private var polledSocketInode: UInt = 0
     private var interest: PollEvents = []
     private var machine = ConnectionStateMachine()
     private var completions: [ConnectionStateMachine.OperationID: Completion] = [:]
@@ -95,13 +99,18 @@ public final class PostgresConnection {
             guard socket >= 0 else {
                 return failConnecting(PostgresError(.connectionFailed, LibPQ.message(connection)))
             }
-            // libpq opens a new socket when it moves to the next host or address: watch the new one.
-            if poll?.fileDescriptor != socket {
+            // libpq opens a new socket when it moves to the next host or address, or retries
+            // without SSL or GSS encryption: watch the new one. The kernel drops a closed
+            // descriptor from epoll, so a new socket under a reused number needs a new
+            // watcher too, or its events never arrive and the connect times out.
+            let inode = Self.inode(of: socket)
+            if poll?.fileDescriptor != socket || inode != polledSocketInode {
                 poll?.close()
                 poll = nil
                 interest = []
                 do {
                     poll = try Poll(loop: loop, fileDescriptor: socket)
+                    polledSocketInode = inode
                 } catch {
                     return failConnecting(PostgresError(.connectionFailed, "cannot watch socket: \(error)"))
                 }
@@ -115,6 +124,12 @@ public final class PostgresConnection {
         default:
             failConnecting(PostgresError(.connectionFailed, LibPQ.message(connection)))
         }
+    }
+
+    /// The inode number of an open descriptor (0 if it cannot be read).
+    private static func inode(of descriptor: Int32) -> UInt {
+        var status = stat()
+        return fstat(descriptor, &status) == 0 ? UInt(status.st_ino) : 0
     }
 
     private func finishConnecting() {

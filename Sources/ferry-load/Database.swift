@@ -24,7 +24,7 @@ final class CueFloor: @unchecked Sendable {
                 case .success(let connection):
                     floor.connection = connection
                     connection.onNotification = { notification in
-                        let now = monotonicNanoseconds()
+                        let now = MonotonicClock.now()
                         let owner = notification.payload.split(separator: " ", maxSplits: 1).first ?? ""
                         floor.notifications.append((owner, now))
                     }
@@ -72,9 +72,9 @@ final class Writer: @unchecked Sendable {
     /// Runs one statement now; returns when it was sent and when its answer came (monotonic ns).
     func commit(_ sql: String, _ parameters: [String?] = []) throws -> (sent: UInt64, answered: UInt64) {
         let result = waitOnLoop(loop) { (done: @escaping (Result<(UInt64, UInt64), PostgresError>) -> Void) in
-            let sent = monotonicNanoseconds()
+            let sent = MonotonicClock.now()
             self.connection!.query(sql, parameters) { result in
-                done(result.map { _ in (sent, monotonicNanoseconds()) })
+                done(result.map { _ in (sent, MonotonicClock.now()) })
             }
         }!
         return try result.mapError { LoadError("\(sql): \($0)") }.get()
@@ -102,7 +102,7 @@ final class Writer: @unchecked Sendable {
             var run = Run()
             var lastWrite = [UInt64](repeating: 0, count: users.count)
             let quiet = quietMilliseconds * 1_000_000
-            let start = monotonicNanoseconds()
+            let start = MonotonicClock.now()
             let total = Int(rate * seconds)
             var sent = 0
             var answered = 0
@@ -116,7 +116,7 @@ final class Writer: @unchecked Sendable {
                 return Int.random(in: 0..<users.count)
             }
             func sendDue() {
-                let now = monotonicNanoseconds()
+                let now = MonotonicClock.now()
                 let due = min(total, Int(Double(now - start) / 1e9 * rate) + 1)
                 guard sent < due, !inFlight else { return }
                 if now - start > UInt64(Double(sent) / rate * 1e9) + 2_000_000 { run.late += 1 }
@@ -124,10 +124,10 @@ final class Writer: @unchecked Sendable {
                 lastWrite[user] = now
                 sent += 1
                 inFlight = true
-                let sentAt = monotonicNanoseconds()
+                let sentAt = MonotonicClock.now()
                 run.writes.append(CueLatency.Event(user: user, at: sentAt))
                 self.connection!.query(sql, [users[user]]) { result in
-                    run.roundTrips.append(Double(monotonicNanoseconds() - sentAt) / 1e6)
+                    run.roundTrips.append(Double(MonotonicClock.now() - sentAt) / 1e6)
                     if case .failure(let error) = result {
                         run.errors += 1
                         if run.firstError == nil { run.firstError = "\(error)" }

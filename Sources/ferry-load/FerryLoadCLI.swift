@@ -84,14 +84,14 @@ enum SignUpCommand {
             loop.stop()
             loop.waitUntilStopped()
         }
-        let started = monotonicNanoseconds()
+        let started = MonotonicClock.now()
         let address = try SocketAddress(host: server.host, port: server.port)
         let (users, failure) = waitOnLoop(loop) { (done: @escaping (([SignedUpUser], String?)) -> Void) in
             let signUps = AnonymousSignUps(loop: loop, server: address, count: count, connections: connections)
             signUps.run { done((signUps.users, signUps.failure)) }
         }!
         if let failure { throw LoadError(failure) }
-        let seconds = Double(monotonicNanoseconds() - started) / 1e9
+        let seconds = Double(MonotonicClock.now() - started) / 1e9
         let text = users.map { "\($0.userID)\t\($0.accessToken)\n" }.joined()
         try text.write(toFile: output, atomically: true, encoding: .utf8)
         printLine("signed_up \(users.count)")

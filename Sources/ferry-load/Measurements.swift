@@ -1,4 +1,5 @@
 import FerryLoad
+import FerryLoop
 import FerryPostgres
 import Foundation
 
@@ -142,10 +143,10 @@ enum Measurements {
             let machineBefore = try processorTimes()
             let (sent, answered) = try writer.commit(
                 "insert into \(table) (id, body) values (1, $1) on conflict (id) do update set body = excluded.body",
-                ["round \(round) at \(monotonicNanoseconds())"])
+                ["round \(round) at \(MonotonicClock.now())"])
             var cued = (count: 0, latest: UInt64(0))
             let deadline = sent + UInt64(timeout * 1e9)
-            while monotonicNanoseconds() < deadline {
+            while MonotonicClock.now() < deadline {
                 cued = try fleet.cued(since: sent)
                 if cued.count >= expected { break }
                 Thread.sleep(forTimeInterval: 0.02)

@@ -1,4 +1,5 @@
 import FerryLoad
+import FerryLoop
 import Foundation
 
 /// The coordinator's view of the worker processes that hold the streams
@@ -34,7 +35,7 @@ final class StreamFleet {
         ]
         if recordArrivals { forwarded.append("--record-arrivals") }
         let namespace = options.optionalString("worker-netns")
-        let started = monotonicNanoseconds()
+        let started = MonotonicClock.now()
         var first = 0
         for process in 0..<processes {
             let share = count / processes + (process < count % processes ? 1 : 0)
@@ -57,7 +58,7 @@ final class StreamFleet {
                 }
             }
         }
-        openSeconds = Double(monotonicNanoseconds() - started) / 1e9
+        openSeconds = Double(MonotonicClock.now() - started) / 1e9
         for (reason, number) in failures.sorted(by: { $0.value > $1.value }) {
             printLine("stream_failures \(number) \(reason)")
         }

@@ -44,7 +44,7 @@ enum StreamsWorker {
                 loop: $0, server: address, transport: transport, maximumOpening: concurrency,
                 recordsArrivals: options.flag("record-arrivals"))
         }
-        let started = monotonicNanoseconds()
+        let started = MonotonicClock.now()
         let settled = DispatchSemaphore(value: 0)
         for (set, share) in zip(sets, orders) {
             set.loop.execute {
@@ -57,7 +57,7 @@ enum StreamsWorker {
             printError("ferry-load streams: not every stream opened or failed within \(Int(openTimeout)) s")
             break
         }
-        let seconds = Double(monotonicNanoseconds() - started) / 1e9
+        let seconds = Double(MonotonicClock.now() - started) / 1e9
         var opened = 0
         var failures: [String: Int] = [:]
         for set in sets {
