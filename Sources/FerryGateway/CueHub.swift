@@ -23,6 +23,8 @@ final class CueHub {
     let loop: EventLoop
     let settings: Settings
     private let accounts: Accounts
+    /// Counted by `StreamRoutes` before a stream opens; given back here when it is gone.
+    private let quota: StreamQuota
     private let metrics: LoopMetrics
     private var streamsByUser: [UUID: [StreamSubscriber]] = [:]
     private var wheel: TimingWheel<StreamSubscriber>
@@ -34,10 +36,11 @@ final class CueHub {
     /// Streams open on this loop.
     private(set) var streamCount = 0
 
-    init(loop: EventLoop, settings: Settings, accounts: Accounts, metrics: LoopMetrics) {
+    init(loop: EventLoop, settings: Settings, accounts: Accounts, quota: StreamQuota, metrics: LoopMetrics) {
         self.loop = loop
         self.settings = settings
         self.accounts = accounts
+        self.quota = quota
         self.metrics = metrics
         // 250 ms resolution; 256 slots span a minute, the default heartbeat's reach.
         wheel = TimingWheel(tickMilliseconds: 250, slotCount: 256, now: loop.now)
@@ -45,11 +48,13 @@ final class CueHub {
 
     // MARK: - Streams
 
-    /// Takes a freshly opened stream: says `hello`, warns at once if the token is
-    /// about to expire, and delivers the user's cues from now on.
+    /// Takes a freshly opened stream, counted in the user's ``StreamQuota``: says
+    /// `hello`, warns at once if the token is about to expire, and delivers the user's
+    /// cues from now on.
     func add(_ stream: any EventStream, claims: AccessTokenClaims) {
         loop.preconditionInEventLoop()
         guard !isShuttingDown else {
+            quota.release(claims.userID)
             stream.close(code: StreamCloseReason.goingAway.code, reason: StreamCloseReason.goingAway.text)
             return
         }
@@ -80,6 +85,7 @@ final class CueHub {
 
     private func remove(_ subscriber: StreamSubscriber) {
         subscriber.isClosing = true
+        quota.release(subscriber.userID)
         metrics.streamClosed(subscriber.stream.transport)
         streamCount -= 1
         if var streams = streamsByUser[subscriber.userID] {

@@ -48,11 +48,12 @@ public final class Gateway: Sendable {
             heartbeatMilliseconds: configuration.streamHeartbeatMilliseconds,
             tokenWarningSeconds: configuration.streamTokenWarningSeconds,
             maxUnsentBytes: configuration.streamMaxUnsentBytes)
+        let quota = StreamQuota(perUser: configuration.streamsPerUser)
         let made = Mutex<[Int: LoopBound<Worker>]>([:])
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
             let worker = Worker(
-                loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts)
+                loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts, quota: quota)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(worker, loop: loop) }
         }
@@ -81,7 +82,8 @@ public final class Gateway: Sendable {
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
             cursors: PullCursorSealer(configuration: configuration))
-        let streamRoutes = StreamRoutes(accounts: accounts, maxMessageBytes: configuration.streamMaxMessageBytes)
+        let streamRoutes = StreamRoutes(
+            accounts: accounts, maxMessageBytes: configuration.streamMaxMessageBytes, quota: quota)
         server = HTTPServer(
             configuration: http, group: group,
             observer: { loop in workers.first { $0.loop === loop }!.value },

@@ -54,6 +54,8 @@ public struct GatewayConfiguration: Sendable {
     public var streamMaxMessageBytes: Int
     /// Unsent bytes over which a stream is closed `4008 too_slow`.
     public var streamMaxUnsentBytes: Int
+    /// Streams one user may hold open on this process (more: `429`).
+    public var streamsPerUser: Int
 
     /// Seconds between in-process tombstone purges; nil: no timer (run `ferry purge-tombstones`).
     public var purgeTombstonesEverySeconds: Int?
@@ -124,6 +126,9 @@ public struct GatewayConfiguration: Sendable {
             "stream-max-unsent-bytes", env: "FERRY_STREAM_MAX_UNSENT_BYTES", default: "65536",
             help: "unsent bytes over which a stream is closed 4008 too_slow"),
         Setting(
+            "streams-per-user", env: "FERRY_STREAMS_PER_USER", default: "16",
+            help: "streams one user may hold open on this gateway (more: 429)"),
+        Setting(
             "purge-tombstones-every", env: "FERRY_PURGE_TOMBSTONES_EVERY",
             help: "purge old tombstones in-process this often, e.g. 1h (default: off)", isOptional: true),
         Setting(
@@ -163,6 +168,7 @@ public struct GatewayConfiguration: Sendable {
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!
         streamMaxUnsentBytes = try values.integer("stream-max-unsent-bytes", in: 1024...(1 << 30))!
+        streamsPerUser = try values.integer("streams-per-user", in: 1...100_000)!
         purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
         tombstoneRetentionSeconds = try values.duration("tombstone-retention")!
     }

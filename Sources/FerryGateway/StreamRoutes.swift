@@ -9,6 +9,8 @@ struct StreamRoutes: Sendable {
     let accounts: Accounts
     /// Largest message a WebSocket client may send.
     let maxMessageBytes: Int
+    /// Streams per user on this process.
+    let quota: StreamQuota
 
     /// Kernel send buffer of a stream socket. Cues are ~100 bytes, so a small buffer
     /// costs nothing and makes a client that stops reading show as unsent bytes soon,
@@ -25,13 +27,15 @@ struct StreamRoutes: Sendable {
             case .failure(let refusal): return responder.respond(refusal.response)
             case .success(let valid): handshake = valid
             }
-            responder.takeOver { tcp, buffered in
+            guard admit(claims, responder) else { return }
+            let tookOver = responder.takeOver { tcp, buffered in
                 // Best effort: the kernel's default works too, only bigger.
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)
                 let stream = WebSocketStream.open(
                     tcp: tcp, bufferedBytes: buffered, handshake: handshake, maxMessageBytes: maxMessageBytes)
                 opened(stream, claims: claims, status: 101, request: request, route: responder.route, worker: worker)
             }
+            if !tookOver { quota.release(claims.userID) }
         }
         router.get("/v1/events") { request, responder in
             guard let claims = authenticate(request, responder) else { return }
@@ -41,13 +45,15 @@ struct StreamRoutes: Sendable {
                     HTTPResponse(
                         status: .ok, headers: ["Content-Type": "text/event-stream", "Cache-Control": "no-store"]))
             }
-            responder.takeOver { tcp, buffered in
+            guard admit(claims, responder) else { return }
+            let tookOver = responder.takeOver { tcp, buffered in
                 // Best effort: the kernel's default works too, only bigger.
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)
                 let stream = ServerSentEventStream.open(
                     tcp: tcp, bufferedBytes: buffered, retryMilliseconds: Self.reconnectMilliseconds)
                 opened(stream, claims: claims, status: 200, request: request, route: responder.route, worker: worker)
             }
+            if !tookOver { quota.release(claims.userID) }
         }
     }
 
@@ -59,6 +65,19 @@ struct StreamRoutes: Sendable {
             responder.respond(error.response)
             return nil
         }
+    }
+
+    /// Counts a stream against the user's quota, or answers `429` and returns false.
+    private func admit(_ claims: AccessTokenClaims, _ responder: HTTPResponder) -> Bool {
+        guard quota.take(claims.userID) else {
+            var refusal = APIError(
+                status: 429, code: "rate_limited",
+                message: "this user already has \(quota.perUser) streams open; close one first")
+            refusal.retryAfterSeconds = 5
+            responder.respond(refusal.response)
+            return false
+        }
+        return true
     }
 
     /// Counts and logs the switch (the HTTP layer no longer sees the connection) and

@@ -11,12 +11,15 @@ final class Worker: HTTPObserver {
     let log: LogBuffer
     let hub: CueHub
 
-    init(loop: EventLoop, pool: PostgresPool, logger: Logger, streams: CueHub.Settings, accounts: Accounts) {
+    init(
+        loop: EventLoop, pool: PostgresPool, logger: Logger, streams: CueHub.Settings, accounts: Accounts,
+        quota: StreamQuota
+    ) {
         loop.preconditionInEventLoop()
         self.loop = loop
         self.pool = pool
         self.log = LogBuffer(logger: logger, loop: loop)
-        hub = CueHub(loop: loop, settings: streams, accounts: accounts, metrics: metrics)
+        hub = CueHub(loop: loop, settings: streams, accounts: accounts, quota: quota, metrics: metrics)
     }
 
     /// The counters of this loop, with its pool's gauges.

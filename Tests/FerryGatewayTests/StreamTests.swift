@@ -46,6 +46,30 @@ import Testing
         }
     }
 
+    @Test func aUserOverTheStreamQuotaIs429UntilAStreamCloses() async throws {
+        try await withAccountsGateway(arguments: ["--streams-per-user", "2"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let first = try await harness.openStream(session, .webSocket)
+            let second = try await harness.openStream(session, .serverSentEvents)
+            _ = try await first.nextMessageAsync(ofType: "hello")
+            _ = try await second.nextMessageAsync(ofType: "hello")
+            let third = try await refusal(harness, token: session.accessToken, .webSocket)
+            #expect(third.hasPrefix("429 ") && third.contains("rate_limited"), "\(third)")
+            // Another user is not affected.
+            let other = try await harness.openStream(try await harness.signUpAnonymous(), .webSocket)
+            _ = try await other.nextMessageAsync(ofType: "hello")
+            // Once a stream is gone, its place is free again.
+            first.close()
+            var reopened: StreamTestClient?
+            for _ in 0..<100 where reopened == nil {
+                reopened = try? await harness.openStream(session, .webSocket)
+                if reopened == nil { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            let again = try #require(reopened, "the quota was not given back")
+            _ = try await again.nextMessageAsync(ofType: "hello")
+        }
+    }
+
     @Test func headOnTheEventsRouteAnswersHeadersWithoutOpeningAStream() async throws {
         try await withAccountsGateway { harness in
             let session = try await harness.signUpAnonymous()
