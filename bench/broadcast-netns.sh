@@ -88,12 +88,6 @@ gateways=$(((BROADCAST_STREAMS + streams_per_gateway - 1) / streams_per_gateway)
 sources=$(((BROADCAST_STREAMS + STREAMS_PER_SOURCE - 1) / STREAMS_PER_SOURCE))
 
 tmp=$(mktemp -d)
-gateway_pids=()
-stop_gateways() {
-    for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${gateway_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    gateway_pids=()
-}
 remove_namespace() {
     ip netns del "$NETNS" 2>/dev/null || true
     ip link del "$GATEWAY_VETH" 2>/dev/null || true
@@ -135,26 +129,8 @@ new_source_block() {
 port=$(free_port)
 base="http://127.0.0.1:$port"
 secret=$(head -c 32 /dev/urandom | base64)
-# Starts $1 gateways on one port (SO_REUSEPORT), with the command prefix $2 (taskset or
-# nothing), and waits until each answers /readyz.
-start_gateways() {
-    stop_gateways
-    local i
-    for i in $(seq "$1"); do
-        env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$secret \
-            FERRY_LISTEN=0.0.0.0:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
-            FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
-            $2 "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
-        gateway_pids+=($!)
-    done
-    wait_until_answers "$base/readyz"
-    for _ in $(seq $((20 * $1))); do curl -fs -o /dev/null "$base/readyz" || { sleep 0.2; continue; }; done
-    wait_until_answers "$base/readyz"
-    sleep 1
-}
-pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }
 
-start_gateways 1 ""
+start_gateways 1 0.0.0.0
 echo "signing up $BROADCAST_STREAMS anonymous users" >&2
 "$LOAD" signup --url "$base" --count "$BROADCAST_STREAMS" --out "$tmp/tokens.tsv" >&2
 in_netns curl -fs -o /dev/null "http://$GATEWAY_ADDRESS:$port/readyz" ||
@@ -181,7 +157,7 @@ broadcast() {
     esac
     local name="$mode-$transport-$run"
     echo "run $run: $mode, broadcast to $BROADCAST_STREAMS $transport streams ($gateways gateways)" >&2
-    start_gateways "$gateways" "$gateway_prefix"
+    start_gateways "$gateways" 0.0.0.0 "$gateway_prefix"
     local ipis_before
     ipis_before=$(interprocessor_interrupts)
     if ! $load_prefix "$LOAD" broadcast --url "$url" --tokens "$tmp/tokens.tsv" --streams "$BROADCAST_STREAMS" \

@@ -31,3 +31,37 @@ cluster_ticks() {
     for child in $(pgrep -P "$1"); do total=$((total + $(process_ticks "$child"))); done
     echo "$total"
 }
+
+# Several `ferry serve` processes on one port (SO_REUSEPORT), for bench/realtime.sh and
+# bench/broadcast-netns.sh. They read: FERRY (the binary), GATEWAY_URL, secret, port,
+# base, LOOPS, POOL_SIZE, tmp; the processes' ids are kept in gateway_pids.
+gateway_pids=()
+
+# Starts $1 gateways listening on host $2 (the port is $port), with the command prefix $3
+# (taskset, or nothing), and waits until each answers /readyz.
+start_gateways() {
+    stop_gateways
+    local i
+    for i in $(seq "$1"); do
+        env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$secret \
+            FERRY_LISTEN=$2:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
+            FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
+            ${3:-} "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
+        gateway_pids+=($!)
+    done
+    wait_until_answers "$base/readyz"
+    # Each connection lands on one of the processes; enough tries reach every one.
+    for _ in $(seq $((20 * $1))); do curl -fs -o /dev/null "$base/readyz" || { sleep 0.2; continue; }; done
+    wait_until_answers "$base/readyz"
+    sleep 1
+}
+
+stop_gateways() {
+    local pid
+    for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${gateway_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    gateway_pids=()
+}
+
+# The gateways' process ids, comma-separated.
+pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }

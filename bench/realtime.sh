@@ -84,12 +84,6 @@ gateways_for() { echo $((($1 + streams_per_gateway - 1) / streams_per_gateway));
 echo "open-file limit $(ulimit -n): up to $streams_per_gateway streams per gateway process" >&2
 
 tmp=$(mktemp -d)
-gateway_pids=()
-stop_gateways() {
-    for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${gateway_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    gateway_pids=()
-}
 cleanup() {
     stop_gateways
     rm -rf "$tmp"
@@ -99,27 +93,9 @@ trap cleanup EXIT
 port=$(free_port)
 base="http://127.0.0.1:$port"
 secret=$(head -c 32 /dev/urandom | base64)
-# Starts $1 gateways on one port (SO_REUSEPORT) and waits until each answers /readyz.
-start_gateways() {
-    stop_gateways
-    local i
-    for i in $(seq "$1"); do
-        env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$secret \
-            FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
-            FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
-            "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
-        gateway_pids+=($!)
-    done
-    wait_until_answers "$base/readyz"
-    # Each connection lands on one of the processes; enough tries reach every one.
-    for _ in $(seq $((20 * $1))); do curl -fs -o /dev/null "$base/readyz" || { sleep 0.2; continue; }; done
-    wait_until_answers "$base/readyz"
-    sleep 1
-}
-pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }
 
 # One user and token per stream, signed up through the API once, reused by every run.
-start_gateways 1
+start_gateways 1 127.0.0.1
 echo "signing up $most anonymous users" >&2
 "$LOAD" signup --url "$base" --count "$most" --out "$tmp/tokens.tsv" >&2
 
@@ -144,7 +120,7 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for run in $(seq "$RUNS"); do
     for n in $LATENCY_STREAMS; do
         echo "run $run: cue latency, $n WebSocket streams, $RATE writes/s for $WRITE_SECONDS s" >&2
-        start_gateways 1
+        start_gateways 1 127.0.0.1
         load "latency-$n-$run" latency --streams "$n" --transport websocket --database-url "$OWNER_URL" \
             --table bench_items --rate "$RATE" --seconds "$WRITE_SECONDS" --server-pids "$(pid_list)" \
             --settle-seconds 1
@@ -156,14 +132,14 @@ for run in $(seq "$RUNS"); do
     for transport in $TRANSPORTS; do
         for n in $IDLE_STREAMS; do
             echo "run $run: $n idle $transport streams" >&2
-            start_gateways "$(gateways_for "$n")"
+            start_gateways "$(gateways_for "$n")" 127.0.0.1
             load "idle-$transport-$n-$run" idle --streams "$n" --transport "$transport" \
                 --server-pids "$(pid_list)" --settle-seconds "$SETTLE"
             keep "idle-$transport-$n" "idle-$transport-$n-$run" server_bytes_per_stream
         done
         n=$BROADCAST_STREAMS
         echo "run $run: broadcast to $n $transport streams ($(gateways_for "$n") gateways)" >&2
-        start_gateways "$(gateways_for "$n")"
+        start_gateways "$(gateways_for "$n")" 127.0.0.1
         load "broadcast-$transport-$run" broadcast --streams "$n" --transport "$transport" \
             --database-url "$OWNER_URL" --table bench_news --rounds "$ROUNDS" --server-pids "$(pid_list)" \
             --settle-seconds "$SETTLE"
