@@ -120,12 +120,7 @@ echo "$template" > "$tmp/push_template.json"
 
 # The batch is applied whole through the API (then the devices' numbers restart above it).
 token=$(head -1 "$tmp/push.tsv")
-curl -fs -X POST "$base/v1/push" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-    -d "${template//@/1}" | python3 -c '
-import json, sys
-results = json.load(sys.stdin)["results"]
-assert len(results) == '"$BATCH"' and all(r["status"] == "applied" for r in results), results' ||
-    { echo "a push batch through the API was not applied whole" >&2; exit 1; }
+check_push_batch "$base" "$token" "$template" "$BATCH"
 
 # CPU time (bench/sync.sh): clock ticks of this cluster (postmaster with its reaped
 # children, plus live children) and of the gateway.

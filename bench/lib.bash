@@ -65,3 +65,14 @@ stop_gateways() {
 
 # The gateways' process ids, comma-separated.
 pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }
+
+# Pushes the batch template $3 (mutation ids "@"; here 1) with token $2 to $1 and fails
+# unless all $4 mutations were applied: bench/sync.sh's and cue-cost.sh's push check.
+check_push_batch() {
+    curl -fs -X POST "$1/v1/push" -H "Authorization: Bearer $2" -H 'Content-Type: application/json' \
+        -d "${3//@/1}" | python3 -c '
+import json, sys
+results = json.load(sys.stdin)["results"]
+assert len(results) == '"$4"' and all(r["status"] == "applied" for r in results), results' ||
+        { echo "a push batch through the API was not applied whole" >&2; exit 1; }
+}

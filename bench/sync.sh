@@ -243,12 +243,7 @@ pg_template=${template//@/%1\$s}
 # The batch as both sides send it is applied whole: one push through the API, one
 # pgbench transaction (then their devices' numbers restart above these).
 token=$(head -1 "$tmp/push.tsv")
-curl -fs -X POST "$base/v1/push" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-    -d "${template//@/1}" | python3 -c '
-import json, sys
-results = json.load(sys.stdin)["results"]
-assert len(results) == '"$BATCH"' and all(r["status"] == "applied" for r in results), results' ||
-    { echo "a push batch through the API was not applied whole" >&2; exit 1; }
+check_push_batch "$base" "$token" "$template" "$BATCH"
 
 # CPU time, as a check on the rates (the machine is shared, so a rate also says how
 # much of it this run got): clock ticks of this cluster (the postmaster with the reaped
