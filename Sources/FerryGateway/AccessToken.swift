@@ -186,9 +186,17 @@ public struct AccessTokenSigner: Sendable {
             return Self.readClaims(UnsafeBufferPointer(rebasing: buffer[..<count]))
         }
         guard case .success(let claims) = decoded else { return decoded }
-        guard claims.issuedAt <= now + leewaySeconds else { return .failure(.issuedInFuture) }
-        guard now < claims.expiresAt + leewaySeconds else { return .failure(.expired) }
+        if let failure = checkTimes(of: claims, now: now) { return .failure(failure) }
         return .success(claims)
+    }
+
+    /// Nil when `claims` were issued no later than `now` plus the leeway and have not
+    /// expired at `now` minus the leeway: the part of ``verify(_:now:)`` that changes
+    /// with time, for claims verified earlier (``VerifiedTokenCache``).
+    public func checkTimes(of claims: AccessTokenClaims, now: Int) -> AccessTokenError? {
+        guard claims.issuedAt <= now + leewaySeconds else { return .issuedInFuture }
+        guard now < claims.expiresAt + leewaySeconds else { return .expired }
+        return nil
     }
 
     /// Nil when the header is exactly `alg: HS256` and at most `typ: JWT`.

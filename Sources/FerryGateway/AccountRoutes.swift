@@ -9,6 +9,7 @@ final class Accounts: Sendable {
     let tokens: AccessTokenSigner
     let passwords: PasswordHasher
     let revoked: RevokedSessions
+    let verifiedTokens = VerifiedTokenCache()
     let anonymousSignUps: RateLimiter
     let failedSignInsByEmail: RateLimiter
     let failedSignInsByAddress: RateLimiter
@@ -38,46 +39,76 @@ final class Accounts: Sendable {
     func authenticate(
         _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
     ) -> Result<Identity, APIError> {
-        verifiedClaims(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map { claims in
-            Identity(
-                userID: claims.userID.uuidString.lowercased(),
-                sessionID: claims.sessionID.uuidString.lowercased(), deviceID: claims.deviceID,
-                isAnonymous: claims.isAnonymous)
-        }
+        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.identity)
     }
 
     /// The verified claims of `request`'s access token (see ``authenticate(_:allowQueryToken:checkRevocation:)``).
     func verifiedClaims(
         _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
     ) -> Result<AccessTokenClaims, APIError> {
-        var token: Substring?
-        if let header = request.headers["Authorization"] {
-            let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-            guard parts.count == 2, parts[0].lowercased() == "bearer" else {
-                return .failure(.unauthorized("the Authorization header must be: Bearer <access_token>"))
-            }
-            token = parts[1]
-        } else if allowQueryToken, let query = request.queryParameter("access_token") {
-            token = Substring(query)
-        }
-        guard let token else { return .failure(.unauthorized("an access token is required")) }
-        return verifiedClaims(token: token, checkRevocation: checkRevocation)
+        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.claims)
     }
 
     /// The claims of an access token if its signature and times are good and its
     /// session is not revoked (when `checkRevocation`).
     func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, APIError> {
-        switch tokens.verify(token) {
+        verifiedToken(token: token, checkRevocation: checkRevocation).map(\.claims)
+    }
+
+    private func verifiedToken(
+        _ request: HTTPRequest, allowQueryToken: Bool, checkRevocation: Bool
+    ) -> Result<VerifiedToken, APIError> {
+        var token: Substring?
+        if let header = request.headers["Authorization"] {
+            guard let bearer = Self.bearerToken(in: header) else {
+                return .failure(.unauthorized("the Authorization header must be: Bearer <access_token>"))
+            }
+            token = bearer
+        } else if allowQueryToken, let query = request.queryParameter("access_token") {
+            token = Substring(query)
+        }
+        guard let token else { return .failure(.unauthorized("an access token is required")) }
+        return verifiedToken(token: token, checkRevocation: checkRevocation)
+    }
+
+    /// A token seen recently is found in ``verifiedTokens`` and only its times are
+    /// checked again; any other is verified in full and remembered if good.
+    private func verifiedToken(token: Substring, checkRevocation: Bool) -> Result<VerifiedToken, APIError> {
+        let now = Int(Date().timeIntervalSince1970)
+        let checked: Result<VerifiedToken, AccessTokenError>
+        if let cached = verifiedTokens.lookup(token) {
+            checked = tokens.checkTimes(of: cached.claims, now: now).map { .failure($0) } ?? .success(cached)
+        } else {
+            checked = tokens.verify(token, now: now).map(VerifiedToken.init(claims:))
+            if case .success(let verified) = checked { verifiedTokens.insert(token, verified) }
+        }
+        switch checked {
         case .failure(.expired):
             return .failure(APIError(status: 401, code: "token_expired", message: "the access token has expired"))
         case .failure:
             return .failure(.unauthorized("the access token is not valid"))
-        case .success(let claims):
-            if checkRevocation && revoked.isRevoked(claims.sessionID) {
+        case .success(let verified):
+            if checkRevocation && revoked.isRevoked(verified.claims.sessionID) {
                 return .failure(Self.sessionRevoked)
             }
-            return .success(claims)
+            return .success(verified)
         }
+    }
+
+    /// The token of an `Authorization` value `Bearer <token>`: the scheme in any case
+    /// (RFC 9110 §11.1), then one or more spaces. Nil for any other shape.
+    static func bearerToken(in header: String) -> Substring? {
+        let utf8 = header.utf8
+        var index = utf8.startIndex
+        for expected in "bearer".utf8 {
+            // `| 0x20` lowercases ASCII letters; only `B` and `b` become `b`, and so on.
+            guard index < utf8.endIndex, utf8[index] | 0x20 == expected else { return nil }
+            index = utf8.index(after: index)
+        }
+        guard index < utf8.endIndex, utf8[index] == UInt8(ascii: " ") else { return nil }
+        while index < utf8.endIndex, utf8[index] == UInt8(ascii: " ") { index = utf8.index(after: index) }
+        guard index < utf8.endIndex else { return nil }
+        return header[index...]
     }
 
     static let sessionRevoked = APIError(status: 401, code: "session_revoked", message: "the session was revoked")

@@ -61,8 +61,16 @@ public struct HTTPHeaders: Sendable, Sequence, ExpressibleByDictionaryLiteral {
 extension String {
     /// ASCII case-insensitive equality, without allocating (header names are ASCII tokens).
     func equalsIgnoringASCIICase(_ other: String) -> Bool {
-        let lhs = utf8
-        let rhs = other.utf8
+        let fast = utf8.withContiguousStorageIfAvailable { lhs in
+            other.utf8.withContiguousStorageIfAvailable { rhs in Self.equalsIgnoringASCIICase(lhs, rhs) }
+        }
+        if let fast, let result = fast { return result }
+        return Self.equalsIgnoringASCIICase(Array(utf8), Array(other.utf8))
+    }
+
+    private static func equalsIgnoringASCIICase(
+        _ lhs: some Collection<UInt8>, _ rhs: some Collection<UInt8>
+    ) -> Bool {
         guard lhs.count == rhs.count else { return false }
         for (a, b) in zip(lhs, rhs) where a != b {
             // Setting bit 5 lowercases ASCII letters; check that the byte is a letter.

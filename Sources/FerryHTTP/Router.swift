@@ -1,3 +1,5 @@
+import Glibc
+
 /// A request handler: runs on the connection's loop and answers through `responder`,
 /// at once or later (after a database query), exactly once.
 public typealias HTTPHandler = (HTTPRequest, HTTPResponder) -> Void
@@ -18,7 +20,7 @@ public struct Router {
     private var nodes: [Node] = [Node()]
 
     private struct Node {
-        var literals: [(segment: String, node: Int)] = []
+        var literals: [(segment: [UInt8], node: Int)] = []
         var parameter: (name: String, node: Int)?
         var routes: [(method: HTTPMethod, handler: HTTPHandler, pattern: String)] = []
     }
@@ -56,11 +58,11 @@ public struct Router {
                     nodes[current].parameter = (name, nodes.count - 1)
                     current = nodes.count - 1
                 }
-            } else if let existing = nodes[current].literals.first(where: { $0.segment == segment }) {
+            } else if let existing = nodes[current].literals.first(where: { $0.segment.elementsEqual(segment.utf8) }) {
                 current = existing.node
             } else {
                 nodes.append(Node())
-                nodes[current].literals.append((String(segment), nodes.count - 1))
+                nodes[current].literals.append((Array(segment.utf8), nodes.count - 1))
                 current = nodes.count - 1
             }
         }
@@ -121,7 +123,7 @@ public struct Router {
         var end = start
         while end < path.count && path[end] != UInt8(ascii: "/") { end += 1 }
         let segment = UnsafeBufferPointer(rebasing: path[start..<end])
-        for literal in nodes[node].literals where literal.segment.utf8.elementsEqual(segment) {
+        for literal in nodes[node].literals where Self.equal(literal.segment, segment) {
             if let found = find(from: literal.node, in: path, at: end, captured: &captured) { return found }
         }
         if let parameter = nodes[node].parameter {
@@ -130,5 +132,10 @@ public struct Router {
             captured.removeLast()
         }
         return nil
+    }
+
+    private static func equal(_ literal: [UInt8], _ segment: UnsafeBufferPointer<UInt8>) -> Bool {
+        literal.count == segment.count
+            && literal.withUnsafeBufferPointer { memcmp($0.baseAddress!, segment.baseAddress!, segment.count) == 0 }
     }
 }
