@@ -18,7 +18,10 @@
 #              cue. Goal: < 250 ms (the median round). The 50,000-stream idle figures
 #              come from these runs (memory is read before the first round). Also the
 #              CPU time a round cost the gateways and the ferry-load processes, which
-#              share the machine's cores with them.
+#              share the machine's cores with them. In the same run, the floor: as many
+#              bare loopback TCP connections, one 120-byte write to each and an epoll
+#              reader (bench/tcp-floor.c, built here with cc): what delivering one small
+#              message per connection costs this machine's kernel with no gateway at all.
 #
 # Each figure is the median of RUNS runs; every idle and broadcast run starts fresh
 # gateways, so memory freed by an earlier run cannot hide a later run's. The
@@ -65,6 +68,9 @@ swift build -c release --product ferry-load >&2
 BIN=$(swift build -c release --show-bin-path)
 FERRY=$BIN/ferry
 LOAD=$BIN/ferry-load
+# The broadcast's floor: bare loopback TCP, one write per connection (bench/tcp-floor.c).
+FLOOR=$(mktemp)
+cc -O2 -o "$FLOOR" bench/tcp-floor.c
 OWNER_URL=$("$FERRY" db url)
 "$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql >&2
 GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
@@ -86,7 +92,7 @@ echo "open-file limit $(ulimit -n): up to $streams_per_gateway streams per gatew
 tmp=$(mktemp -d)
 cleanup() {
     stop_gateways
-    rm -rf "$tmp"
+    rm -rf "$tmp" "$FLOOR"
 }
 trap cleanup EXIT
 
@@ -151,6 +157,13 @@ for run in $(seq "$RUNS"); do
         keep "broadcast-$transport-client-system" "broadcast-$transport-$run" broadcast_client_system_cpu_ms_per_round
         grep '^broadcast_round' "$tmp/broadcast-$transport-$run.out" >&2
     done
+    stop_gateways
+    # The floor in the same run: as many connections, split over one writer and one reader
+    # process per gateway process (+1, so no process needs more descriptors than a gateway).
+    echo "run $run: bare TCP floor, $BROADCAST_STREAMS connections" >&2
+    "$FLOOR" "$BROADCAST_STREAMS" "$(($(gateways_for "$BROADCAST_STREAMS") + 1))" 120 "$ROUNDS" >"$tmp/floor-$run.out"
+    grep '^floor_round' "$tmp/floor-$run.out" >&2
+    keep floor "floor-$run" floor_last_ms_median
 done
 stop_gateways
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -186,6 +199,8 @@ for transport in $TRANSPORTS; do
         "$(median_of "broadcast-$transport-server-cpu")" "$(median_of "broadcast-$transport-server-system")" \
         "$(median_of "broadcast-$transport-client-cpu")" "$(median_of "broadcast-$transport-client-system")"
 done
+printf '  %-10s %8s   runs %s   (bench/tcp-floor.c: %s bare loopback TCP connections, one 120-byte write each)\n' \
+    floor "$(median_of floor)" "$(listed floor)" "$BROADCAST_STREAMS"
 echo
 if [ -n "${LATENCY_STREAMS// /}" ]; then
     largest=${LATENCY_STREAMS##* }
@@ -205,8 +220,10 @@ for transport in $TRANSPORTS; do
             "$(below "$value" "$goal")" "$goal"
     done
     value=$(median_of "broadcast-$transport")
-    printf '%-58s %10s  %s (goal < %s)\n' "broadcast to $BROADCAST_STREAMS $transport streams (ms)" "$value" \
-        "$(below "$value" "$GOAL_BROADCAST_MS")" "$GOAL_BROADCAST_MS"
+    printf '%-58s %10s  %s (goal < %s; floor %s, ratio %.2f)\n' \
+        "broadcast to $BROADCAST_STREAMS $transport streams (ms)" "$value" \
+        "$(below "$value" "$GOAL_BROADCAST_MS")" "$GOAL_BROADCAST_MS" "$(median_of floor)" \
+        "$(echo "$value / $(median_of floor)" | bc -l)"
 done
 
 # The write cost of cues (another benchmark), when it is there.
