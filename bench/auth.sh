@@ -55,14 +55,16 @@ cleanup() {
 trap cleanup EXIT
 
 
-# A version-4 UUID per request, from 16-bit pieces (LuaJIT formats them exactly).
-# Each wrk thread seeds its own generator, so threads do not repeat each other.
-cat > "$tmp/signup.lua" <<'LUA'
-local counter = 0
+# Numbers each wrk thread (`id`, from 1), for the scripts below.
+thread_ids='local counter = 0
 function setup(thread)
     counter = counter + 1
     thread:set("id", counter)
-end
+end'
+
+# A version-4 UUID per request, from 16-bit pieces (LuaJIT formats them exactly).
+# Each wrk thread seeds its own generator, so threads do not repeat each other.
+{ echo "$thread_ids"; cat <<'LUA'; } > "$tmp/signup.lua"
 function init(args)
     math.randomseed(os.time() * 1000 + id)
 end
@@ -84,13 +86,8 @@ LUA
 
 # Each request carries the next of the tokens in the file named by the first argument
 # after `--`, with the method of the second: the cold case, the same script for both routes.
-cat > "$tmp/rotate.lua" <<'LUA'
+{ echo "$thread_ids"; cat <<'LUA'; } > "$tmp/rotate.lua"
 local headers = {}
-local counter = 0
-function setup(thread)
-    counter = counter + 1
-    thread:set("id", counter)
-end
 function init(args)
     for line in io.lines(args[1]) do
         headers[#headers + 1] = { Authorization = "Bearer " .. line:match("\t(.*)$") }
