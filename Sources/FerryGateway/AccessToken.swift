@@ -1,4 +1,5 @@
 import CCrypto
+import FerryHTTP
 import Foundation
 
 /// What an access token says: who is asking, from which session and device, and
@@ -117,33 +118,22 @@ public struct AccessTokenSigner: Sendable {
 
     /// The compact JWT for `claims`, signed with the current secret.
     public func sign(_ claims: AccessTokenClaims) -> String {
-        var payload = #"{"sub":""#
-        payload += claims.userID.uuidString.lowercased()
-        payload += #"","sid":""#
-        payload += claims.sessionID.uuidString.lowercased()
-        payload += #"","did":"#
-        Self.appendJSONString(claims.deviceID, to: &payload)
-        payload += #","anon":\#(claims.isAnonymous),"iat":\#(claims.issuedAt),"exp":\#(claims.expiresAt)}"#
-        let signingInput = Self.header + "." + Base64URL.encode(Array(payload.utf8))
+        var payload: [UInt8] = []
+        payload.reserveCapacity(192 + claims.deviceID.utf8.count)
+        payload.append(contentsOf: #"{"sub":""#.utf8)
+        payload.append(contentsOf: claims.userID.uuidString.lowercased().utf8)
+        payload.append(contentsOf: #"","sid":""#.utf8)
+        payload.append(contentsOf: claims.sessionID.uuidString.lowercased().utf8)
+        payload.append(contentsOf: #"","did":"#.utf8)
+        JSONString.append(claims.deviceID, to: &payload)
+        payload.append(contentsOf: #","anon":\#(claims.isAnonymous),"iat":"#.utf8)
+        payload.appendDecimal(claims.issuedAt)
+        payload.append(contentsOf: #","exp":"#.utf8)
+        payload.appendDecimal(claims.expiresAt)
+        payload.append(UInt8(ascii: "}"))
+        let signingInput = Self.header + "." + Base64URL.encode(payload)
         let signature = Array(signingInput.utf8).withUnsafeBufferPointer { secret.mac($0) }
         return signingInput + "." + Base64URL.encode(signature.array)
-    }
-
-    /// Appends `text` as a JSON string literal.
-    static func appendJSONString(_ text: String, to json: inout String) {
-        json += "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": json += "\\\""
-            case "\\": json += "\\\\"
-            case "\u{0}"..<"\u{20}":
-                json += "\\u00"
-                json += String(scalar.value >> 4, radix: 16)
-                json += String(scalar.value & 0xF, radix: 16)
-            default: json.unicodeScalars.append(scalar)
-            }
-        }
-        json += "\""
     }
 
     // MARK: - Verifying

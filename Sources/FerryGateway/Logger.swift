@@ -1,3 +1,4 @@
+import FerryHTTP
 import FerryLoop
 import Foundation
 
@@ -24,14 +25,40 @@ public final class Logger: Sendable {
 
     /// Logs one event now. Safe from any thread.
     public func log(_ level: Level, _ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
-        var line = ""
-        append(to: &line, level: level, message: message, fields: Array(fields))
+        var line: [UInt8] = []
+        line.reserveCapacity(128)
+        var clock = Timestamp.Cache()
+        clock.appendLineStart(format: format, level: level, message: message, to: &line)
+        for (key, value) in fields {
+            switch format {
+            case .text:
+                line.append(UInt8(ascii: " "))
+                line.append(contentsOf: key.utf8)
+                line.append(UInt8(ascii: "="))
+                if value.utf8.contains(where: Self.needsQuotesInText) {
+                    JSONString.append(value, to: &line)
+                } else {
+                    line.append(contentsOf: value.utf8)
+                }
+            case .json:
+                line.append(UInt8(ascii: ","))
+                JSONString.append(key, to: &line)
+                line.append(UInt8(ascii: ":"))
+                JSONString.append(value, to: &line)
+            }
+        }
+        line.append(contentsOf: (format == .json ? "}\n" : "\n").utf8)
         write(line)
     }
 
-    func write(_ text: String) {
-        var text = text
-        text.withUTF8 { bytes in
+    /// A text-log value with a space, `"`, `=` or a control character is written as a
+    /// JSON string, so a line stays one line of `key=value` pairs.
+    private static func needsQuotesInText(_ byte: UInt8) -> Bool {
+        byte <= UInt8(ascii: " ") || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "=")
+    }
+
+    func write(_ bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { bytes in
             var offset = 0
             while offset < bytes.count {
                 let written = Glibc.write(fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
@@ -40,53 +67,13 @@ public final class Logger: Sendable {
             }
         }
     }
-
-    /// Formats one line (with its newline) onto `line`.
-    func append(to line: inout String, level: Level, message: String, fields: [(String, String)]) {
-        let time = Timestamp.now()
-        switch format {
-        case .text:
-            line += "\(time) \(level.rawValue) \(message)"
-            for (key, value) in fields {
-                line += " \(key)="
-                line += value.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" }) ? Self.quoted(value) : value
-            }
-        case .json:
-            line += "{\"time\":\"\(time)\",\"level\":\"\(level.rawValue)\",\"msg\":\(Self.quoted(message))"
-            for (key, value) in fields {
-                line += ",\(Self.quoted(key)):\(Self.quoted(value))"
-            }
-            line += "}"
-        }
-        line += "\n"
-    }
-
-    /// A JSON string literal (also fine as a quoted text-log value).
-    static func quoted(_ value: String) -> String {
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                out +=
-                    "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
-                    + String(scalar.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
 }
 
 /// One loop's buffer of request log lines, written once per loop iteration.
 /// Loop thread only.
 public final class LogBuffer {
     private let logger: Logger
-    private var pending = ""
+    private var pending: [UInt8] = []
     private var hook: IterationHook?
     private var clock = Timestamp.Cache()
 
@@ -99,53 +86,58 @@ public final class LogBuffer {
 
     /// Records one answered request.
     ///
-    /// This runs once per request, so it appends straight into the buffer: no field
-    /// array, no `String(format:)`, and the timestamp's seconds are formatted once a second.
+    /// This runs once per request, so it appends bytes straight into the buffer: no
+    /// field array, no `String` building, and the timestamp's seconds are formatted
+    /// once a second.
     public func request(
         method: String, route: String?, status: Int, durationNanoseconds: UInt64, bytes: Int,
         remote: String?
     ) {
         let level = status >= 500 ? Logger.Level.error : .info
-        let time = clock.now()
-        let microseconds = durationNanoseconds / 1_000
-        var duration = String(microseconds / 1_000)
-        duration += "."
-        Timestamp.appendPadded(&duration, Int(microseconds % 1_000), width: 3)
+        let microseconds = Int(durationNanoseconds / 1_000)
+        clock.appendLineStart(format: logger.format, level: level, message: "request", to: &pending)
         switch logger.format {
         case .text:
-            pending += time
-            pending += level == .info ? " info request method=" : " error request method="
-            pending += method
-            pending += " route="
-            pending += route ?? "-"
-            pending += " status="
-            pending += String(status)
-            pending += " duration_ms="
-            pending += duration
-            pending += " bytes="
-            pending += String(bytes)
-            pending += " remote="
-            pending += remote ?? "-"
-            pending += "\n"
+            pending.append(contentsOf: " method=".utf8)
+            pending.append(contentsOf: method.utf8)
+            pending.append(contentsOf: " route=".utf8)
+            pending.append(contentsOf: (route ?? "-").utf8)
+            pending.append(contentsOf: " status=".utf8)
+            pending.appendDecimal(status)
+            pending.append(contentsOf: " duration_ms=".utf8)
+            appendMilliseconds(microseconds)
+            pending.append(contentsOf: " bytes=".utf8)
+            pending.appendDecimal(bytes)
+            pending.append(contentsOf: " remote=".utf8)
+            pending.append(contentsOf: (remote ?? "-").utf8)
+            pending.append(UInt8(ascii: "\n"))
         case .json:
-            pending += "{\"time\":\""
-            pending += time
-            pending += level == .info ? "\",\"level\":\"info\"" : "\",\"level\":\"error\""
-            pending += ",\"msg\":\"request\",\"method\":"
-            pending += Logger.quoted(method)
-            pending += ",\"route\":"
-            pending += route.map(Logger.quoted) ?? "null"
-            pending += ",\"status\":"
-            pending += String(status)
-            pending += ",\"duration_ms\":"
-            pending += duration
-            pending += ",\"bytes\":"
-            pending += String(bytes)
-            pending += ",\"remote\":"
-            pending += remote.map(Logger.quoted) ?? "null"
-            pending += "}\n"
+            pending.append(contentsOf: #","method":"#.utf8)
+            JSONString.append(method, to: &pending)
+            pending.append(contentsOf: #","route":"#.utf8)
+            appendJSON(route)
+            pending.append(contentsOf: #","status":"#.utf8)
+            pending.appendDecimal(status)
+            pending.append(contentsOf: #","duration_ms":"#.utf8)
+            appendMilliseconds(microseconds)
+            pending.append(contentsOf: #","bytes":"#.utf8)
+            pending.appendDecimal(bytes)
+            pending.append(contentsOf: #","remote":"#.utf8)
+            appendJSON(remote)
+            pending.append(contentsOf: "}\n".utf8)
         }
-        if pending.utf8.count > 64 * 1024 { flush() }
+        if pending.count > 64 * 1024 { flush() }
+    }
+
+    /// `12.345`: milliseconds with three decimals.
+    private func appendMilliseconds(_ microseconds: Int) {
+        pending.appendDecimal(microseconds / 1_000)
+        pending.append(UInt8(ascii: "."))
+        pending.appendDecimal(microseconds % 1_000, minimumDigits: 3)
+    }
+
+    private func appendJSON(_ text: String?) {
+        if let text { JSONString.append(text, to: &pending) } else { pending.append(contentsOf: "null".utf8) }
     }
 
     /// Writes what is buffered.
@@ -165,19 +157,15 @@ public final class LogBuffer {
 
 /// RFC 3339 timestamps in UTC with milliseconds, as PROTOCOL.md and logs use.
 enum Timestamp {
-    /// The current time, e.g. `2026-11-29T15:40:00.123Z`.
-    static func now() -> String {
-        var cache = Cache()
-        return cache.now()
-    }
-
-    /// Formats the current time, reformatting the date and seconds only when the
-    /// second changes (a loop logs many lines a second).
+    /// Formats the current time, e.g. `2026-11-29T15:40:00.123Z`, reformatting the date
+    /// and seconds only when the second changes (a loop logs many lines a second).
     struct Cache {
         private var second = -1
-        private var prefix = ""
+        /// `2026-11-29T15:40:00.`
+        private var prefix: [UInt8] = []
 
-        mutating func now() -> String {
+        /// Appends the current time.
+        mutating func append(to bytes: inout [UInt8]) {
             var spec = timespec()
             clock_gettime(CLOCK_REALTIME, &spec)
             if spec.tv_sec != second {
@@ -185,30 +173,45 @@ enum Timestamp {
                 var seconds = spec.tv_sec
                 var parts = tm()
                 gmtime_r(&seconds, &parts)
-                prefix = ""
-                appendPadded(&prefix, Int(parts.tm_year) + 1900, width: 4)
-                prefix += "-"
-                appendPadded(&prefix, Int(parts.tm_mon) + 1, width: 2)
-                prefix += "-"
-                appendPadded(&prefix, Int(parts.tm_mday), width: 2)
-                prefix += "T"
-                appendPadded(&prefix, Int(parts.tm_hour), width: 2)
-                prefix += ":"
-                appendPadded(&prefix, Int(parts.tm_min), width: 2)
-                prefix += ":"
-                appendPadded(&prefix, Int(parts.tm_sec), width: 2)
-                prefix += "."
+                prefix.removeAll(keepingCapacity: true)
+                prefix.appendDecimal(Int(parts.tm_year) + 1900, minimumDigits: 4)
+                prefix.append(UInt8(ascii: "-"))
+                prefix.appendDecimal(Int(parts.tm_mon) + 1, minimumDigits: 2)
+                prefix.append(UInt8(ascii: "-"))
+                prefix.appendDecimal(Int(parts.tm_mday), minimumDigits: 2)
+                prefix.append(UInt8(ascii: "T"))
+                prefix.appendDecimal(Int(parts.tm_hour), minimumDigits: 2)
+                prefix.append(UInt8(ascii: ":"))
+                prefix.appendDecimal(Int(parts.tm_min), minimumDigits: 2)
+                prefix.append(UInt8(ascii: ":"))
+                prefix.appendDecimal(Int(parts.tm_sec), minimumDigits: 2)
+                prefix.append(UInt8(ascii: "."))
             }
-            var text = prefix
-            appendPadded(&text, spec.tv_nsec / 1_000_000, width: 3)
-            return text + "Z"
+            bytes.append(contentsOf: prefix)
+            bytes.appendDecimal(spec.tv_nsec / 1_000_000, minimumDigits: 3)
+            bytes.append(UInt8(ascii: "Z"))
         }
-    }
 
-    /// Appends `value` in decimal, left-padded with zeros to `width` digits.
-    static func appendPadded(_ text: inout String, _ value: Int, width: Int) {
-        let digits = String(value)
-        if digits.count < width { text += String(repeating: "0", count: width - digits.count) }
-        text += digits
+        /// The start every line shares: `<time> <level> <message>` as text, or
+        /// `{"time":…,"level":…,"msg":…` (left open for more members) as JSON.
+        mutating func appendLineStart(
+            format: GatewayConfiguration.LogFormat, level: Logger.Level, message: String, to bytes: inout [UInt8]
+        ) {
+            switch format {
+            case .text:
+                append(to: &bytes)
+                bytes.append(UInt8(ascii: " "))
+                bytes.append(contentsOf: level.rawValue.utf8)
+                bytes.append(UInt8(ascii: " "))
+                bytes.append(contentsOf: message.utf8)
+            case .json:
+                bytes.append(contentsOf: #"{"time":""#.utf8)
+                append(to: &bytes)
+                bytes.append(contentsOf: #"","level":""#.utf8)
+                bytes.append(contentsOf: level.rawValue.utf8)
+                bytes.append(contentsOf: #"","msg":"#.utf8)
+                JSONString.append(message, to: &bytes)
+            }
+        }
     }
 }

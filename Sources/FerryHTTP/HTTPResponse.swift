@@ -113,3 +113,22 @@ public enum JSONString {
         bytes.append(UInt8(ascii: "\""))
     }
 }
+
+extension [UInt8] {
+    /// Appends `value` in decimal ASCII, left-padded with zeros to `minimumDigits`.
+    public mutating func appendDecimal(_ value: Int, minimumDigits: Int = 1) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        let magnitude = value.magnitude
+        var digits = 1
+        var divisor: UInt = 1
+        while divisor <= magnitude / 10 {
+            divisor *= 10
+            digits += 1
+        }
+        for _ in digits..<Swift.max(digits, minimumDigits) { append(UInt8(ascii: "0")) }
+        while divisor > 0 {
+            append(UInt8(ascii: "0") + UInt8(magnitude / divisor % 10))
+            divisor /= 10
+        }
+    }
+}

@@ -13,7 +13,7 @@ enum HTTPResponseEncoder {
     ) -> Bool {
         let status = response.status
         buffer.append(contentsOf: "HTTP/1.1 ".utf8)
-        appendDecimal(status.code, to: &buffer)
+        buffer.appendDecimal(status.code)
         buffer.append(UInt8(ascii: " "))
         buffer.append(contentsOf: status.reasonPhrase.utf8)
         buffer.append(contentsOf: "\r\nDate: ".utf8)
@@ -27,7 +27,7 @@ enum HTTPResponseEncoder {
         }
         if !status.forbidsBody {
             buffer.append(contentsOf: "Content-Length: ".utf8)
-            appendDecimal(response.body.count, to: &buffer)
+            buffer.appendDecimal(response.body.count)
             buffer.append(contentsOf: "\r\n".utf8)
         }
         if context.closesConnection {
@@ -48,16 +48,6 @@ enum HTTPResponseEncoder {
         case 10: name.equalsIgnoringASCIICase("connection")
         case 14: name.equalsIgnoringASCIICase("content-length")
         default: false
-        }
-    }
-
-    private static func appendDecimal(_ value: Int, to buffer: inout [UInt8]) {
-        precondition(value >= 0, "lengths and statuses are not negative")
-        var divisor = 1
-        while divisor <= value / 10 { divisor *= 10 }
-        while divisor > 0 {
-            buffer.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-            divisor /= 10
         }
     }
 }

@@ -32,6 +32,59 @@ import Testing
         #expect(output.hasSuffix(" info started listen=127.0.0.1:8080 note=\"two words\"\n"))
     }
 
+    /// The access-log lines of a one-loop gateway (no database needed) asked `paths` in turn.
+    private func accessLog(_ format: GatewayConfiguration.LogFormat, paths: [String]) async throws -> [String] {
+        let pipe = Pipe()
+        let logger = Logger(format: format, fileDescriptor: pipe.fileHandleForWriting.fileDescriptor)
+        let values = try SettingValues(
+            GatewayConfiguration.settings,
+            arguments: [
+                "--database-url", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", "--jwt-secret", testSecret,
+                "--listen", "127.0.0.1:0", "--threads", "1", "--shutdown-timeout", "2",
+            ], environment: [:])
+        let gateway = try Gateway(configuration: try GatewayConfiguration(values), logger: logger)
+        let address = try gateway.start()
+        for path in paths { _ = try get(path, port: address.port) }
+        await gateway.shutdown()
+        try pipe.fileHandleForWriting.close()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        return output.split(separator: "\n").map(String.init).filter {
+            $0.contains(" request method=") || $0.contains(#""msg":"request""#)
+        }
+    }
+
+    static var timestamp: Regex<Substring> { #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/# }
+
+    @Test func textAccessLogLinesHaveEveryField() async throws {
+        let lines = try await accessLog(.text, paths: ["/healthz", "/nowhere"])
+        try #require(lines.count == 2)
+        let fields =
+            #/ info request method=GET route=(\S+) status=(\d+) duration_ms=\d+\.\d{3} bytes=[1-9]\d* remote=127\.0\.0\.1:\d+/#
+        let healthz = try #require(try fields.wholeMatch(in: lines[0].dropFirst(24)))
+        #expect(try Self.timestamp.wholeMatch(in: lines[0].prefix(24)) != nil)
+        #expect(healthz.1 == "/healthz" && healthz.2 == "200")
+        let unmatched = try #require(try fields.wholeMatch(in: lines[1].dropFirst(24)))
+        #expect(unmatched.1 == "-" && unmatched.2 == "404")
+    }
+
+    @Test func jsonAccessLogLinesHaveEveryField() async throws {
+        let lines = try await accessLog(.json, paths: ["/healthz", "/nowhere"])
+        try #require(lines.count == 2)
+        let objects = try lines.map { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let healthz = try #require(objects[0])
+        #expect(try Self.timestamp.wholeMatch(in: healthz["time"] as? String ?? "") != nil)
+        #expect(healthz["level"] as? String == "info")
+        #expect(healthz["method"] as? String == "GET")
+        #expect(healthz["route"] as? String == "/healthz")
+        #expect(healthz["status"] as? Int == 200)
+        #expect((healthz["duration_ms"] as? Double).map { $0 >= 0 } == true)
+        #expect((healthz["bytes"] as? Int).map { $0 > 0 } == true)
+        #expect((healthz["remote"] as? String)?.hasPrefix("127.0.0.1:") == true)
+        let unmatched = try #require(objects[1])
+        #expect(unmatched["route"] is NSNull)
+        #expect(unmatched["status"] as? Int == 404)
+    }
+
     @Test func prometheusTextCountsRequestsAndBuckets() {
         let metrics = LoopMetrics()
         metrics.recordRequest(route: "/healthz", status: 200, durationNanoseconds: 300_000)
