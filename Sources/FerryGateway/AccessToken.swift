@@ -121,9 +121,9 @@ public struct AccessTokenSigner: Sendable {
         var payload: [UInt8] = []
         payload.reserveCapacity(192 + claims.deviceID.utf8.count)
         payload.append(contentsOf: #"{"sub":""#.utf8)
-        payload.append(contentsOf: claims.userID.uuidString.lowercased().utf8)
+        payload.append(contentsOf: claims.userID.lowercasedString.utf8)
         payload.append(contentsOf: #"","sid":""#.utf8)
-        payload.append(contentsOf: claims.sessionID.uuidString.lowercased().utf8)
+        payload.append(contentsOf: claims.sessionID.lowercasedString.utf8)
         payload.append(contentsOf: #"","did":"#.utf8)
         JSONString.append(claims.deviceID, to: &payload)
         payload.append(contentsOf: #","anon":\#(claims.isAnonymous),"iat":"#.utf8)

@@ -290,7 +290,7 @@ struct AccountRoutes {
                 return responder.respond(failure(result, accounts).response)
             }
             let answer = UserAndSession(
-                user: UserBody(id: user.uuidString.lowercased(), email: nil),
+                user: UserBody(id: user.lowercasedString, email: nil),
                 session: accounts.session(
                     userID: user, sessionID: session, deviceID: device, isAnonymous: true, refreshToken: refreshToken))
             responder.respond(.json(status: .created, answer))
@@ -345,7 +345,7 @@ struct AccountRoutes {
                 responder.respond(
                     .json(
                         UserAndSession(
-                            user: UserBody(id: user.uuidString.lowercased(), email: email),
+                            user: UserBody(id: user.lowercasedString, email: email),
                             session: accounts.session(
                                 userID: user, sessionID: session, deviceID: device, isAnonymous: email == nil,
                                 refreshToken: newToken))))
@@ -590,7 +590,7 @@ struct AccountRoutes {
 
     /// A device id as stored: a UUID, lowercased.
     private static func deviceID(_ text: String) -> String? {
-        UUID(uuidString: text).map { $0.uuidString.lowercased() }
+        UUID(uuidString: text).map { $0.lowercasedString }
     }
 
     /// The error for a failed database call (logged), or for an answer of the wrong shape.

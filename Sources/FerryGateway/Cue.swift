@@ -50,7 +50,7 @@ enum StreamMessage {
     /// `{"type":"hello","user_id","device_id","heartbeat_ms"}`.
     static func hello(userID: UUID, deviceID: String, heartbeatMilliseconds: Int) -> [UInt8] {
         var json = Array(#"{"type":"hello","user_id":""#.utf8)
-        json += userID.uuidString.lowercased().utf8
+        json += userID.lowercasedString.utf8
         json += #"","device_id":"#.utf8
         JSONString.append(deviceID, to: &json)
         json += #","heartbeat_ms":\#(heartbeatMilliseconds)}"#.utf8

@@ -10,7 +10,7 @@ final class VerifiedToken: Sendable {
     init(claims: AccessTokenClaims) {
         self.claims = claims
         identity = Identity(
-            userID: claims.userID.uuidString.lowercased(), sessionID: claims.sessionID.uuidString.lowercased(),
+            userID: claims.userID.lowercasedString, sessionID: claims.sessionID.lowercasedString,
             deviceID: claims.deviceID, isAnonymous: claims.isAnonymous)
     }
 }

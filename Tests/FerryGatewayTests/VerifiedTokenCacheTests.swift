@@ -100,3 +100,14 @@ extension Result where Failure == APIError {
         return nil
     }
 }
+
+@Suite struct UUIDTextTests {
+    @Test func lowercasedStringMatchesFoundationsTextLowercased() {
+        for _ in 0..<1000 {
+            let id = UUID()
+            #expect(id.lowercasedString == id.uuidString.lowercased())
+        }
+        let known = UUID(uuidString: "3F2504E0-4F89-11D3-9A0C-0305E82C3301")!
+        #expect(known.lowercasedString == "3f2504e0-4f89-11d3-9a0c-0305e82c3301")
+    }
+}
