@@ -63,15 +63,9 @@ enum Measurements {
         guard users.count >= max(count, 1) else { throw LoadError("the token file has fewer than \(count) users") }
         printLine("latency_streams \(count)")
         printLine("latency_transport \(options.string("transport", default: "websocket"))")
-        let servers = try options.optionalString("server-pids").map { _ in try serverPIDs(options) }
-        let before = try servers.map(residentKiB)
-        let fleet = try StreamFleet(options: options, count: count, recordArrivals: true)
+        let servers = try optionalServerPIDs(options)
+        let fleet = try openStreams(options, count: count, servers: servers, recordArrivals: true)
         defer { fleet.stop() }
-        try reportOpening(fleet)
-        if let servers, let before {
-            Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
-            reportMemory(before: before, after: try residentKiB(servers), streams: try fleet.openNow())
-        }
 
         let floor = try CueFloor.start(configuration)
         defer { floor.stop() }
@@ -118,15 +112,9 @@ enum Measurements {
         let configuration = try PostgresConfiguration(try options.string("database-url"), applicationName: "ferry-load")
         printLine("broadcast_streams \(count)")
         printLine("broadcast_transport \(options.string("transport", default: "websocket"))")
-        let servers = try options.optionalString("server-pids").map { _ in try serverPIDs(options) }
-        let before = try servers.map(residentKiB)
-        let fleet = try StreamFleet(options: options, count: count)
+        let servers = try optionalServerPIDs(options)
+        let fleet = try openStreams(options, count: count, servers: servers)
         defer { fleet.stop() }
-        try reportOpening(fleet)
-        if let servers, let before {
-            Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
-            reportMemory(before: before, after: try residentKiB(servers), streams: try fleet.openNow())
-        }
         let floor = try CueFloor.start(configuration)
         defer { floor.stop() }
         let writer = try Writer.start(configuration)
@@ -193,6 +181,26 @@ enum Measurements {
 
     // MARK: - Shared figures
 
+    /// Opens `count` streams and reports how that went; with `servers`, also their
+    /// memory per stream after `--settle-seconds` (latency and broadcast).
+    private static func openStreams(
+        _ options: Options, count: Int, servers: [Int32]?, recordArrivals: Bool = false
+    ) throws -> StreamFleet {
+        let before = try servers.map(residentKiB)
+        let fleet = try StreamFleet(options: options, count: count, recordArrivals: recordArrivals)
+        do {
+            try reportOpening(fleet)
+            if let servers, let before {
+                Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
+                reportMemory(before: before, after: try residentKiB(servers), streams: try fleet.openNow())
+            }
+            return fleet
+        } catch {
+            fleet.stop()
+            throw error
+        }
+    }
+
     private static func reportOpening(_ fleet: StreamFleet) throws {
         printLine("streams_opened \(fleet.opened)")
         printLine("stream_workers \(fleet.workers.count)")
@@ -215,6 +223,10 @@ enum Measurements {
         printLine("server_rss_after_kib \(after)")
         let perStream = streams > 0 ? Double(after - before) * 1024 / Double(streams) : 0
         printLine("server_bytes_per_stream \(Int(perStream.rounded()))")
+    }
+
+    private static func optionalServerPIDs(_ options: Options) throws -> [Int32]? {
+        try options.optionalString("server-pids").map { _ in try serverPIDs(options) }
     }
 
     private static func serverPIDs(_ options: Options) throws -> [Int32] {
