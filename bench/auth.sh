@@ -19,7 +19,7 @@
 # wrk -t2 -c64, median of RUNS runs, runs interleaved so drift on a shared machine hits all
 # alike. Prints the rates, the ratios and PASS/FAIL for the warm token check.
 #
-# Usage: bench/auth.sh  (env: RUNS=5 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2 MAX_RATIO=1.10
+# Usage: bench/auth.sh  (env: RUNS=5 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2 POOL_SIZE=8 MAX_RATIO=1.10
 #                        COLD_TOKENS=24576)
 # Ferry is the release `ferry serve`, access log on (to /dev/null), logged in as
 # ferry_gateway like production, against the embedded database (`make db`; the port
@@ -34,6 +34,7 @@ DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 LOOPS=${LOOPS:-2}
+POOL_SIZE=${POOL_SIZE:-8}
 MAX_RATIO=${MAX_RATIO:-1.10}
 COLD_TOKENS=${COLD_TOKENS:-24576}
 
@@ -47,9 +48,8 @@ OWNER_URL=$("$FERRY" db url)
 GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
 
 tmp=$(mktemp -d)
-ferry_pid=""
 cleanup() {
-    if [ -n "$ferry_pid" ]; then kill "$ferry_pid" 2>/dev/null || true; wait "$ferry_pid" 2>/dev/null || true; fi
+    stop_gateways
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -101,13 +101,10 @@ request = function()
 end
 LUA
 
+secret=$(head -c 32 /dev/urandom | base64)
 port=$(free_port)
 base="http://127.0.0.1:$port"
-env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$(head -c 32 /dev/urandom | base64) \
-    FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 \
-    "$FERRY" serve >/dev/null &
-ferry_pid=$!
-wait_until_answers "$base/readyz"
+start_gateways 1 127.0.0.1
 
 # One anonymous user's access token for the warm runs; COLD_TOKENS users' for the cold ones.
 token=$(curl -fs -X POST "$base/v1/auth/anonymous" -H 'Content-Type: application/json' \

@@ -60,21 +60,18 @@ cue_triggers() {
 [ "$(cue_triggers enable)" = 3 ] || { echo "daily_challenges lacks its three cue triggers (0010_cues.sql)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
-ferry_pid=""
 cleanup() {
-    if [ -n "$ferry_pid" ]; then kill "$ferry_pid" 2>/dev/null || true; wait "$ferry_pid" 2>/dev/null || true; fi
+    stop_gateways
     cue_triggers enable >/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
+secret=$(head -c 32 /dev/urandom | base64)
 port=$(free_port)
 base="http://127.0.0.1:$port"
-env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$(head -c 32 /dev/urandom | base64) \
-    FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
-    FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 "$FERRY" serve >/dev/null &
-ferry_pid=$!
-wait_until_answers "$base/readyz"
+start_gateways 1 127.0.0.1
+ferry_pid=${gateway_pids[0]}
 grep -q "then null else ferry.push(body) end" Sources/FerryGateway/SyncRoutes.swift ||
     { echo "the push statement changed: check bench/cue-cost.sh" >&2; exit 1; }
 

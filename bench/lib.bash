@@ -32,8 +32,8 @@ cluster_ticks() {
     echo "$total"
 }
 
-# Several `ferry serve` processes on one port (SO_REUSEPORT), for bench/realtime.sh and
-# bench/broadcast-netns.sh. They read: FERRY (the binary), GATEWAY_URL, secret, port,
+# `ferry serve` processes (several share one port with SO_REUSEPORT), for every script
+# that runs the gateway. They read: FERRY (the binary), GATEWAY_URL, secret, port,
 # base, LOOPS, POOL_SIZE, tmp; the processes' ids are kept in gateway_pids.
 gateway_pids=()
 

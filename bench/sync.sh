@@ -67,21 +67,18 @@ OWNER_URL=$("$FERRY" db url)
 GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
 
 tmp=$(mktemp -d)
-ferry_pid=""
 cleanup() {
-    if [ -n "$ferry_pid" ]; then kill "$ferry_pid" 2>/dev/null || true; wait "$ferry_pid" 2>/dev/null || true; fi
+    stop_gateways
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
 
+secret=$(head -c 32 /dev/urandom | base64)
 port=$(free_port)
 base="http://127.0.0.1:$port"
-env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$(head -c 32 /dev/urandom | base64) \
-    FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
-    FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 "$FERRY" serve >/dev/null &
-ferry_pid=$!
-wait_until_answers "$base/readyz"
+start_gateways 1 127.0.0.1
+ferry_pid=${gateway_pids[0]}
 
 # The identity statement (Identity.statementSQL) and the push and pull statements
 # (SyncRoutes.swift), as the gateway sends them.
