@@ -101,9 +101,7 @@ request = function()
 end
 LUA
 
-secret=$(head -c 32 /dev/urandom | base64)
-port=$(free_port)
-base="http://127.0.0.1:$port"
+choose_gateway_address
 start_gateways 1 127.0.0.1
 
 # One anonymous user's access token for the warm runs; COLD_TOKENS users' for the cold ones.

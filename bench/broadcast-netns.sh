@@ -126,9 +126,7 @@ new_source_block() {
     done
 }
 
-port=$(free_port)
-base="http://127.0.0.1:$port"
-secret=$(head -c 32 /dev/urandom | base64)
+choose_gateway_address
 
 start_gateways 1 0.0.0.0
 echo "signing up $BROADCAST_STREAMS anonymous users" >&2

@@ -67,9 +67,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-secret=$(head -c 32 /dev/urandom | base64)
-port=$(free_port)
-base="http://127.0.0.1:$port"
+choose_gateway_address
 start_gateways 1 127.0.0.1
 ferry_pid=${gateway_pids[0]}
 grep -q "then null else ferry.push(body) end" Sources/FerryGateway/SyncRoutes.swift ||

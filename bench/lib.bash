@@ -37,6 +37,14 @@ cluster_ticks() {
 # base, LOOPS, POOL_SIZE, tmp; the processes' ids are kept in gateway_pids.
 gateway_pids=()
 
+# Picks what start_gateways reads for a fresh deployment: a free port, its base URL on
+# loopback, and a random token secret.
+choose_gateway_address() {
+    port=$(free_port)
+    base="http://127.0.0.1:$port"
+    secret=$(head -c 32 /dev/urandom | base64)
+}
+
 # Starts $1 gateways listening on host $2 (the port is $port), with the command prefix $3
 # (taskset, or nothing), and waits until each answers /readyz.
 start_gateways() {

@@ -96,9 +96,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(free_port)
-base="http://127.0.0.1:$port"
-secret=$(head -c 32 /dev/urandom | base64)
+choose_gateway_address
 
 # One user and token per stream, signed up through the API once, reused by every run.
 start_gateways 1 127.0.0.1
