@@ -75,9 +75,14 @@ func freePort() throws -> Int {
                 if client == nil { try await Task.sleep(for: .milliseconds(50)) }
             }
             let inFlight = try #require(client, "ferry serve did not start listening within 5 s")
-            // Half a request: the server has begun it when the signal arrives.
-            try inFlight.send("POST /v1/nothing HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\nhello")
-            try await Task.sleep(for: .milliseconds(200))
+            inFlight.setTimeout(15)
+            // Half a request, which the server has begun when the signal arrives: its
+            // `100 Continue` proves the head was read (a sleep proves nothing on a loaded
+            // machine, where the connection may still wait in the accept queue).
+            try inFlight.send(
+                "POST /v1/nothing HTTP/1.1\r\nHost: test\r\n" + "Expect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+            #expect(try inFlight.readResponse().status == 100)
+            try inFlight.send("hello")
             kill(process.processIdentifier, SIGTERM)
 
             // No new connections once shutdown began (how soon it begins depends on the
