@@ -208,18 +208,44 @@ public final class Gateway: Sendable {
     /// Runs a gateway until SIGINT or SIGTERM, then shuts it down gracefully.
     /// Returns the process exit status: 0 after a graceful stop, 1 when it could not start.
     public static func serve(_ configuration: GatewayConfiguration) -> Int32 {
-        // A parent may start us with these signals blocked (Foundation's Process does);
-        // unblock them before the loop threads are spawned, since threads inherit the mask.
+        // Until they are watched, SIGINT and SIGTERM must wait rather than take their
+        // default action (ending the process, perhaps with connections open): they stay
+        // blocked, in the loop threads too (threads inherit the mask), until the watchers
+        // exist. Then this thread unblocks them and takes any that came meanwhile (a
+        // parent may have blocked them before exec: Foundation's Process does); libuv's
+        // handler hands it to the watching loop.
         var shutdownSignals = sigset_t()
         sigemptyset(&shutdownSignals)
         sigaddset(&shutdownSignals, SIGINT)
         sigaddset(&shutdownSignals, SIGTERM)
-        pthread_sigmask(SIG_UNBLOCK, &shutdownSignals, nil)
+        pthread_sigmask(SIG_BLOCK, &shutdownSignals, nil)
         let logger = Logger(format: configuration.logFormat)
         let gateway: Gateway
-        let address: SocketAddress
         do {
             gateway = try Gateway(configuration: configuration, logger: logger)
+        } catch {
+            logger.log(.error, "could not start", ["error": "\(error)"])
+            return 1
+        }
+        let stopped = DispatchSemaphore(value: 0)
+        // A signal that comes before the server is up waits for it (an HTTPServer shut
+        // down before it started could not start).
+        let signals = ShutdownSignals.install(on: gateway.group.loops[0]) { signal in
+            logger.log(
+                .info, "shutting down",
+                ["signal": String(signal), "deadline_s": String(configuration.shutdownTimeoutSeconds)])
+            Task {
+                await gateway.shutdown()
+                logger.log(.info, "stopped")
+                stopped.signal()
+            }
+        } exitAtOnce: { signal in
+            logger.log(.warning, "second signal: exiting at once", ["signal": String(signal)])
+            exit(1)
+        }
+        pthread_sigmask(SIG_UNBLOCK, &shutdownSignals, nil)
+        let address: SocketAddress
+        do {
             address = try gateway.start()
         } catch {
             logger.log(.error, "could not start", ["error": "\(error)"])
@@ -231,32 +257,56 @@ public final class Gateway: Sendable {
                 "listen": address.description, "threads": String(configuration.threads),
                 "version": Ferry.version,
             ])
-        let stopped = DispatchSemaphore(value: 0)
-        let signals = Mutex<[LoopBound<SignalWatcher>]>([])
-        let signalLoop = gateway.group.loops[0]
-        signalLoop.execute {
-            var received = 0
-            let watchers = [SIGINT, SIGTERM].map { number in
-                SignalWatcher(loop: signalLoop, signal: number) { signal in
-                    received += 1
-                    if received > 1 {
-                        logger.log(.warning, "second signal: exiting at once", ["signal": String(signal)])
-                        exit(1)
-                    }
-                    logger.log(
-                        .info, "shutting down",
-                        ["signal": String(signal), "deadline_s": String(configuration.shutdownTimeoutSeconds)])
-                    Task {
-                        await gateway.shutdown()
-                        logger.log(.info, "stopped")
-                        stopped.signal()
-                    }
-                }
-            }
-            signals.withLock { $0 = watchers.map { LoopBound($0, loop: signalLoop) } }
-        }
-        stopped.wait()
+        signals.loop.execute { signals.value.serving() }
+        withExtendedLifetime(signals) { stopped.wait() }
         return 0
+    }
+}
+
+/// SIGINT and SIGTERM, watched on one loop: the first begins a graceful shutdown,
+/// held until the gateway serves; the second ends the process at once.
+private final class ShutdownSignals {
+    private var watchers: [SignalWatcher] = []
+    private var signalsReceived = 0
+    private var isServing = false
+    private var pending: Int32?
+    private let beginShutdown: (Int32) -> Void
+    private let exitAtOnce: (Int32) -> Void
+
+    private init(beginShutdown: @escaping (Int32) -> Void, exitAtOnce: @escaping (Int32) -> Void) {
+        self.beginShutdown = beginShutdown
+        self.exitAtOnce = exitAtOnce
+    }
+
+    /// Watches both signals on `loop` and returns once they are watched. Call off the loop.
+    static func install(
+        on loop: EventLoop, beginShutdown: @escaping @Sendable (Int32) -> Void,
+        exitAtOnce: @escaping @Sendable (Int32) -> Void
+    ) -> LoopBound<ShutdownSignals> {
+        let installed = DispatchSemaphore(value: 0)
+        let result = Mutex<LoopBound<ShutdownSignals>?>(nil)
+        loop.execute {
+            let signals = ShutdownSignals(beginShutdown: beginShutdown, exitAtOnce: exitAtOnce)
+            signals.watchers = [SIGINT, SIGTERM].map { number in
+                SignalWatcher(loop: loop, signal: number) { [unowned signals] in signals.received($0) }
+            }
+            result.withLock { $0 = LoopBound(signals, loop: loop) }
+            installed.signal()
+        }
+        installed.wait()
+        return result.withLock { $0! }
+    }
+
+    /// The gateway serves: a signal received meanwhile begins the shutdown now.
+    func serving() {
+        isServing = true
+        if let pending { beginShutdown(pending) }
+    }
+
+    private func received(_ signal: Int32) {
+        signalsReceived += 1
+        if signalsReceived > 1 { return exitAtOnce(signal) }
+        if isServing { beginShutdown(signal) } else { pending = signal }
     }
 }
 

@@ -53,20 +53,43 @@ func freePort() throws -> Int {
         #expect(text.contains("FERRY_DATABASE_URL") && text.contains("--database-url"))
     }
 
+    /// Starts `ferry serve` on `port`; its log goes to `log`, or nowhere (a pipe nobody
+    /// reads would fill and stall the server's logging).
+    func startServe(_ database: TestDatabase, port: Int, log: Pipe? = nil) throws -> Process {
+        let process = Process()
+        process.executableURL = try ferryExecutable()
+        process.arguments = ["serve"]
+        process.environment = [
+            "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
+            "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
+        ]
+        process.standardOutput = log ?? FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    /// A signal that arrives while the server is still starting (before its watchers
+    /// exist) waits for them, then stops the server gracefully: it must not take the
+    /// signal's default action and die with connections open.
+    @Test func sigtermWhileStartingStopsGracefully() async throws {
+        try await TestDatabase.with { database in
+            let log = Pipe()
+            let process = try startServe(database, port: try freePort(), log: log)
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            kill(process.processIdentifier, SIGTERM)
+            for _ in 0..<200 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(!process.isRunning, "still running 10 s after SIGTERM")
+            #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+            let text = String(decoding: log.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(text.contains("serving") && text.contains("shutting down") && text.contains("stopped"), "\(text)")
+        }
+    }
+
     @Test func requestInFlightAtSIGTERMCompletesAndTheProcessExits0() async throws {
         try await TestDatabase.with { database in
             let port = try freePort()
-            let process = Process()
-            process.executableURL = try ferryExecutable()
-            process.arguments = ["serve"]
-            process.environment = [
-                "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
-                "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
-            ]
-            // Not a pipe: nobody reads it, and a full pipe would stall the server's logging.
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try startServe(database, port: port)
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
 
             var client: HTTPTestClient?
