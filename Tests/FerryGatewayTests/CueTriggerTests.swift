@@ -131,6 +131,38 @@ import Testing
         }
     }
 
+    /// 0011: TRUNCATE would leave devices holding rows with no tombstone to tell them.
+    @Test func truncateIsRefusedAndChangesNothingUntilTheGuardIsDisabled() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.query(
+                "insert into notes (id, user_id) values (1, $1), (2, $2)", [users[0], users[1]])
+            try await database.admin.query("insert into news (id, title) values (1, 'hello')")
+            _ = try await inbox.drain(database.admin)
+            for table in ["notes", "news", "boxes, notes"] {
+                do {
+                    try await database.admin.execute("truncate \(table)")
+                    Issue.record("truncate \(table) was accepted")
+                } catch let error as PostgresError {
+                    #expect(error.sqlState == "0A000", "\(error)")
+                    #expect(error.message.contains("TRUNCATE of synced table public."), "\(error)")
+                    #expect(error.hint?.contains("DELETE") == true, "\(error)")
+                }
+            }
+            #expect(try await database.value("select count(*) from notes") == "2")
+            #expect(try await database.value("select count(*) from news") == "1")
+
+            // The documented way out, for a table emptied on purpose.
+            try await database.admin.execute(
+                """
+                begin; alter table notes disable trigger ferry_refuse_truncate; truncate notes;
+                alter table notes enable trigger ferry_refuse_truncate; commit
+                """)
+            #expect(try await database.value("select count(*) from notes") == "0")
+            #expect(try await inbox.drain(database.admin) == [])
+            await #expect(throws: PostgresError.self) { try await database.admin.execute("truncate notes") }
+        }
+    }
+
     @Test func tenThousandRowsOverThreeOwnersSendThreeSmallCues() async throws {
         try await withCues { database, inbox, users in
             try await database.admin.query(
@@ -263,11 +295,11 @@ import Testing
         }
     }
 
-    @Test func aTableRegisteredBeforeTheCueMigrationCues() async throws {
+    @Test func aTableRegisteredBeforeTheCueMigrationCuesAndRefusesTruncate() async throws {
         try await TestDatabase.with(prefix: "ferry_cues") { database in
             let admin = try await database.connect()
             // sql/ferry without 0010 and after it the puzzle example, as a database migrated
-            // before 0010 existed; then the real directories, which apply only 0010.
+            // before 0010 existed; then the real directories, which apply 0010 and 0011.
             let earlier = FileManager.default.temporaryDirectory.appendingPathComponent(
                 "ferry-before-cues-\(UUID().uuidString)")
             defer { try? FileManager.default.removeItem(at: earlier) }
@@ -284,7 +316,7 @@ import Testing
             #expect(
                 try await admin.query("select count(*) from pg_trigger where tgname like 'ferry_cue%'")[0, 0] == "0")
             let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
-            #expect(applied == ["ferry/0010_cues.sql"])
+            #expect(applied == ["ferry/0010_cues.sql", "ferry/0011_refuse_truncate.sql"])
 
             try await CueInbox.with(database.configuration) { inbox in
                 let user = UUID().uuidString.lowercased()
@@ -294,6 +326,8 @@ import Testing
                 #expect(try await inbox.drain(admin) == ["\(user) - game_records"])
                 try await admin.query("insert into daily_puzzles (day, grid) values ('2026-01-01', repeat('0', 81))")
                 #expect(try await inbox.drain(admin) == ["* - daily_puzzles"])
+                await #expect(throws: PostgresError.self) { try await admin.execute("truncate game_records") }
+                #expect(try await admin.query("select count(*) from game_records")[0, 0] == "1")
             }
             await admin.close()
         }

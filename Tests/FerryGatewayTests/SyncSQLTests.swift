@@ -124,7 +124,8 @@ import Testing
                     """)
                     == [
                         ["ferry_cue_delete", "ferry.send_cues()"], ["ferry_cue_insert", "ferry.send_cues()"],
-                        ["ferry_cue_update", "ferry.send_cues()"], ["ferry_stamp", "ferry.stamp_row()"],
+                        ["ferry_cue_update", "ferry.send_cues()"],
+                        ["ferry_refuse_truncate", "ferry.refuse_truncate()"], ["ferry_stamp", "ferry.stamp_row()"],
                     ])
             let indexes = """
                 select pg_get_indexdef(indexrelid) from pg_index
