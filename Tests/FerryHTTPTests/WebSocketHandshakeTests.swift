@@ -32,6 +32,18 @@ struct WebSocketHandshakeTests {
                 + "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
     }
 
+    /// Browsers offer permessage-deflate: the offer is accepted as a handshake and the
+    /// answer names no extension or subprotocol, so the client uses none (RFC 6455 9.1).
+    @Test func offeredExtensionsAndSubprotocolsAreDeclined() throws {
+        var offer = request()
+        offer.headers.add(name: "Sec-WebSocket-Extensions", value: "permessage-deflate; client_max_window_bits")
+        offer.headers.add(name: "Sec-WebSocket-Protocol", value: "chat, superchat")
+        let head = String(decoding: try WebSocketHandshake.validate(offer).get().responseHead, as: UTF8.self)
+        #expect(head.hasPrefix("HTTP/1.1 101 "))
+        #expect(!head.lowercased().contains("sec-websocket-extensions"))
+        #expect(!head.lowercased().contains("sec-websocket-protocol"))
+    }
+
     @Test func headerValuesAreCaseInsensitiveAndConnectionIsATokenList() throws {
         #expect(throws: Never.self) {
             try WebSocketHandshake.validate(request(upgrade: "WebSocket", connection: "keep-alive, upgrade")).get()
