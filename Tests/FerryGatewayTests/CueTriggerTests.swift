@@ -299,7 +299,7 @@ import Testing
         try await TestDatabase.with(prefix: "ferry_cues") { database in
             let admin = try await database.connect()
             // sql/ferry without 0010 and after it the puzzle example, as a database migrated
-            // before 0010 existed; then the real directories, which apply 0010 and 0011.
+            // before 0010 existed; then the real directories, which apply 0010 and later.
             let earlier = FileManager.default.temporaryDirectory.appendingPathComponent(
                 "ferry-before-cues-\(UUID().uuidString)")
             defer { try? FileManager.default.removeItem(at: earlier) }
@@ -316,7 +316,12 @@ import Testing
             #expect(
                 try await admin.query("select count(*) from pg_trigger where tgname like 'ferry_cue%'")[0, 0] == "0")
             let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
-            #expect(applied == ["ferry/0010_cues.sql", "ferry/0011_refuse_truncate.sql"])
+            #expect(
+                applied == ["ferry/0010_cues.sql", "ferry/0011_refuse_truncate.sql", "ferry/0012_pull_readers.sql"])
+            // 0012 built a pull reader for each table registered before it.
+            #expect(
+                try await admin.query("select count(*) from ferry.synced_tables where pull_reader is null")[0, 0]
+                    == "0")
 
             try await CueInbox.with(database.configuration) { inbox in
                 let user = UUID().uuidString.lowercased()

@@ -260,6 +260,97 @@ import Testing
         }
     }
 
+    // MARK: - Pull readers
+
+    /// 0012: each table is pulled through a reader built at registration (static SQL, so
+    /// its plans are kept). A reader built for another name or primary key is refused,
+    /// never run with a stale key, until the table is registered again.
+    @Test func registrationBuildsAPullReaderAndAStaleOneIsRefusedUntilRegisteredAgain() async throws {
+        try await withTables { database, a in
+            let readers = try await database.rows(
+                """
+                select s.table_name::text, s.pull_reader = 'ferry.pull_rows_' || s.table_name::oid,
+                    exists (select from aclexplode(p.proacl) x where x.grantee = 0),
+                    has_function_privilege('ferry_client', p.oid, 'execute')
+                from ferry.synced_tables s join pg_proc p on p.oid = s.pull_reader::regproc
+                order by 1
+                """)
+            #expect(readers.count == 7)
+            #expect(readers.allSatisfy { $0.dropFirst() == ["t", "f", "t"] }, "\(readers)")
+            // pull reaches them through ferry.pull_rows, rebuilt at each registration.
+            let dispatcher = try await database.rows(
+                """
+                select exists (select from aclexplode(p.proacl) x where x.grantee = 0),
+                    has_function_privilege('ferry_client', p.oid, 'execute'),
+                    (length(prosrc) - length(replace(prosrc, 'ferry.pull_rows_', ''))) / length('ferry.pull_rows_')
+                from pg_proc p where p.oid = 'ferry.pull_rows'::regproc
+                """)
+            #expect(dispatcher == [["f", "t", "7"]])
+
+            try await database.admin.query("insert into public.tasks (id, user_id, title) values ('t1', $1, 'x')", [a])
+            let client = try await database.connectAsClient(user: a)
+            func pulledTasks() async throws -> String? {
+                try await client.query(
+                    "select jsonb_path_query_array(ferry.pull(null, 100), '$.changes.*.upserts[*].title')::text"
+                )[0, 0]
+            }
+            func expectRefused(_ what: String) async {
+                do {
+                    _ = try await pulledTasks()
+                    Issue.record("pull read a table whose \(what) changed")
+                } catch let error as PostgresError {
+                    #expect(error.sqlState == "55000", "\(error)")
+                    #expect(error.hint?.contains("ferry.register_table") == true, "\(error)")
+                } catch {
+                    Issue.record("\(error)")
+                }
+            }
+            #expect(try await pulledTasks() == #"["x"]"#)
+            // A column named like one of the reader's parameters is not taken for it.
+            try await database.admin.execute("alter table public.tasks add column p_from int, add column p_limit int")
+            #expect(try await pulledTasks() == #"["x"]"#)
+
+            try await database.admin.execute("alter table public.tasks rename to todos")
+            await expectRefused("name")
+            try await database.admin.execute("select ferry.register_table('todos', 'lww')")
+            #expect(try await pulledTasks() == #"["x"]"#)
+
+            try await database.admin.execute(
+                "alter table public.todos drop constraint tasks_pkey cascade, add primary key (user_id, id)")
+            await expectRefused("primary key")
+            try await database.admin.execute("select ferry.register_table('todos', 'lww')")
+            #expect(try await pulledTasks() == #"["x"]"#)
+            await client.close()
+        }
+    }
+
+    /// Two registrations in flight at once both end up in the dispatcher: the second
+    /// waits for the first to commit before it reads the registry.
+    @Test func concurrentRegistrationsEachKeepTheOthersTable() async throws {
+        try await AccountsDatabase.with { database in
+            let first = try await database.database.connect()
+            let second = try await database.database.connect()
+            try await first.execute(
+                "begin; create table public.a (id int primary key, user_id uuid); select ferry.register_table('a', 'lww')"
+            )
+            let registering = Task {
+                try await second.execute(
+                    """
+                    begin; create table public.b (id int primary key, user_id uuid);
+                    select ferry.register_table('b', 'lww'); commit
+                    """)
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            try await first.execute("commit")
+            try await registering.value
+            let source = try await database.value("select prosrc from pg_proc where oid = 'ferry.pull_rows'::regproc")
+            #expect(
+                source?.contains("p_name = 'a'") == true && source?.contains("p_name = 'b'") == true, "\(source ?? "")")
+            await first.close()
+            await second.close()
+        }
+    }
+
     // MARK: - Push: exactly once
 
     @Test func replayedBatchIsAllDuplicateAndChangesNothing() async throws {
