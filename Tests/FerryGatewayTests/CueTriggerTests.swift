@@ -85,6 +85,81 @@ import Testing
         }
     }
 
+    /// 0013: push cues its own writes once per table it wrote a row in, and nothing for
+    /// mutations that wrote nothing (duplicates, rejections, a delete of a tombstone).
+    @Test func aPushCuesOncePerTableItWroteIn() async throws {
+        try await withCues { database, inbox, users in
+            let device = UUID().uuidString.lowercased()
+            let client = try await database.connectAsClient(user: users[0], device: device)
+            let first = try await client.push([
+                ["id": 1, "table": "notes", "op": "upsert", "row": ["id": 1, "body": "a"]],
+                ["id": 2, "table": "boxes", "op": "insert", "row": ["id": 1, "label": "x"]],
+                ["id": 3, "table": "notes", "op": "delete", "key": ["id": 1]],
+            ])
+            #expect(first.outcomes == ["applied", "applied", "applied"], "\(first)")
+            #expect(
+                Set(try await inbox.drain(database.admin)) == [
+                    "\(users[0]) \(device) notes", "\(users[0]) \(device) boxes",
+                ])
+
+            let nothing = try await client.push([
+                ["id": 3, "table": "notes", "op": "upsert", "row": ["id": 9]],
+                ["id": 4, "table": "notes", "op": "delete", "key": ["id": 1]],
+                ["id": 5, "table": "boxes", "op": "insert", "row": ["id": 1, "label": "x"]],
+                ["id": 6, "table": "news", "op": "upsert", "row": ["id": 1]],
+            ])
+            #expect(nothing.outcomes == ["duplicate", "applied", "duplicate", "rejected:read_only"], "\(nothing)")
+            #expect(try await inbox.drain(database.admin) == [])
+            await client.close()
+        }
+    }
+
+    /// While push writes a table only that table's triggers are quiet: an operator's
+    /// trigger that writes another synced table during the push still cues its owner.
+    @Test func aWriteAnOperatorsTriggerMakesDuringAPushStillCues() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.execute(
+                """
+                create function public.announce() returns trigger language plpgsql as $$
+                begin
+                    insert into public.news (id, title) values (new.id, 'note ' || new.id)
+                        on conflict (id) do nothing;
+                    return null;
+                end $$;
+                create trigger announce after insert on public.notes for each row execute function public.announce();
+                grant insert on public.news to ferry_client;
+                create policy ferry_test_insert on public.news for insert to ferry_client with check (true);
+                """)
+            let device = UUID().uuidString.lowercased()
+            let client = try await database.connectAsClient(user: users[0], device: device)
+            let answer = try await client.push([
+                ["id": 1, "table": "notes", "op": "upsert", "row": ["id": 7, "body": "a"]]
+            ])
+            #expect(answer.outcomes == ["applied"], "\(answer)")
+            #expect(
+                Set(try await inbox.drain(database.admin)) == [
+                    "\(users[0]) \(device) notes", "* \(device) news",
+                ])
+            #expect(try await database.value("select title from news") == "note 7")
+            await client.close()
+        }
+    }
+
+    /// ferry.skip_cues naming a table silences that table's triggers only.
+    @Test func skipCuesNamingATableSilencesOnlyThatTable() async throws {
+        try await withCues { database, inbox, users in
+            try await database.admin.execute(
+                """
+                begin;
+                select set_config('ferry.skip_cues', 'notes', true);
+                insert into notes (id, user_id) values (1, '\(users[0])');
+                insert into boxes (id, owner_id) values (1, '\(users[1])');
+                commit;
+                """)
+            #expect(try await inbox.drain(database.admin) == ["\(users[1]) - boxes"])
+        }
+    }
+
     @Test func reowningRowsCuesTheOldAndTheNewOwner() async throws {
         try await withCues { database, inbox, users in
             try await database.admin.query(
@@ -317,7 +392,10 @@ import Testing
                 try await admin.query("select count(*) from pg_trigger where tgname like 'ferry_cue%'")[0, 0] == "0")
             let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
             #expect(
-                applied == ["ferry/0010_cues.sql", "ferry/0011_refuse_truncate.sql", "ferry/0012_pull_readers.sql"])
+                applied == [
+                    "ferry/0010_cues.sql", "ferry/0011_refuse_truncate.sql", "ferry/0012_pull_readers.sql",
+                    "ferry/0013_push_upserts.sql",
+                ])
             // 0012 built a pull reader for each table registered before it.
             #expect(
                 try await admin.query("select count(*) from ferry.synced_tables where pull_reader is null")[0, 0]
