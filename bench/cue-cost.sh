@@ -8,8 +8,11 @@
 #          owning its devices: bench/sync.sh's push. Each batch touches one owner, so with
 #          cues on every push commits one notification (PostgreSQL folds the batch's
 #          identical payloads), which the gateway's own LISTEN connection receives.
-#   on     the triggers ferry_cue_insert/_update/_delete enabled (as registered)
-#   off    the same three disabled (alter table … disable trigger …)
+#   on     the triggers ferry_cue_insert/_update/_delete enabled (as registered), and push
+#          cueing its own writes once per table (0013_push_upserts.sql)
+#   off    the same three disabled (alter table … disable trigger …) and ferry.skip_cues on
+#          for the gateway's sessions (a database setting; the gateway is restarted so its
+#          connections start with it), so push sends no cue either
 #
 # Prints the median requests/s (and mutations/s) of each, CPU per push of PostgreSQL and
 # the gateway, and on ÷ off with PASS/FAIL against MIN_RATIO (0.8). Median of RUNS runs,
@@ -49,15 +52,27 @@ OWNER_URL=$("$FERRY" db url)
 GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
 
 triggers="ferry_cue_insert ferry_cue_update ferry_cue_delete"
-# Enables or disables the three cue triggers of daily_challenges; prints how many are enabled.
+# Enables or disables the three cue triggers of daily_challenges, and resets or sets
+# ferry.skip_cues for new sessions of the database; prints how many triggers are enabled.
 cue_triggers() {
-    local action="" trigger
+    local action="" trigger setting
     for trigger in $triggers; do action+="${action:+, }$1 trigger $trigger"; done
+    [ "$1" = enable ] && setting="reset ferry.skip_cues" || setting="set ferry.skip_cues = on"
     psql -Atq -v ON_ERROR_STOP=1 "$OWNER_URL" -c "alter table public.daily_challenges $action" \
+        -c "do \$\$ begin execute format('alter database %I $setting', current_database()); end \$\$" \
         -c "select count(*) from pg_trigger where tgrelid = 'public.daily_challenges'::regclass
             and tgname like 'ferry_cue_%' and tgenabled <> 'D'"
 }
 [ "$(cue_triggers enable)" = 3 ] || { echo "daily_challenges lacks its three cue triggers (0010_cues.sql)" >&2; exit 1; }
+# Cues on or off for the runs that follow: the triggers, the setting, a gateway whose
+# connections start with the setting.
+cues() {
+    local enabled
+    enabled=$(cue_triggers "$([ "$1" = on ] && echo enable || echo disable)")
+    [ "$enabled" = "$([ "$1" = on ] && echo 3 || echo 0)" ] || { echo "could not turn cues $1" >&2; exit 1; }
+    start_gateways 1 127.0.0.1
+    ferry_pid=${gateway_pids[0]}
+}
 
 tmp=$(mktemp -d)
 cleanup() {
@@ -152,9 +167,9 @@ off_runs=()
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for run in $(seq "$RUNS"); do
     # Mutation-id numbers: runs apart by far more than a run's requests.
-    [ "$(cue_triggers enable)" = 3 ] || { echo "could not enable the cue triggers" >&2; exit 1; }
+    cues on
     on_runs+=("$(measure $((run * 200000000)))")
-    [ "$(cue_triggers disable)" = 0 ] || { echo "could not disable the cue triggers" >&2; exit 1; }
+    cues off
     off_runs+=("$(measure $((run * 200000000 + 100000000)))")
 done
 cue_triggers enable >/dev/null
