@@ -5,9 +5,13 @@ import Synchronization
 import Testing
 
 /// Creates a pool on `loop` from a test task.
+///
+/// A waiter waits as long as a test connection may take to open (TestDatabase's 30 s
+/// connect timeout): under a full parallel run a new connection has taken over 5 s, and
+/// a waiter that gives up first fails a test about something else.
 func makePool(
     on loop: EventLoop, _ configuration: PostgresConfiguration, maxConnections: Int, maxWaiters: Int = 1_000,
-    waitTimeoutMilliseconds: UInt64 = 5_000
+    waitTimeoutMilliseconds: UInt64 = 30_000
 ) async throws -> LoopBound<PostgresPool> {
     try await onLoop(loop) { done in
         done(
