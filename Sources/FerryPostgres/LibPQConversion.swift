@@ -68,6 +68,20 @@ enum LibPQ {
             kind, message, sqlState: sqlState, detail: field("D"), hint: field("H"), severity: field("V"))
     }
 
+    /// Where a connection attempt stands, in words, for a connect that timed out.
+    static func connectPhase(_ connection: OpaquePointer?) -> String {
+        guard let connection else { return "no connection" }
+        switch PQstatus(connection) {
+        case CONNECTION_STARTED, CONNECTION_NEEDED: return "opening the TCP connection"
+        case CONNECTION_MADE: return "sending the startup message"
+        case CONNECTION_SSL_STARTUP: return "waiting for the answer to the SSL request"
+        case CONNECTION_GSS_STARTUP: return "waiting for the answer to the GSSAPI request"
+        case CONNECTION_AWAITING_RESPONSE: return "waiting for the server to authenticate"
+        case CONNECTION_AUTH_OK: return "authenticated, waiting for the server to be ready"
+        case let status: return "libpq connection status \(status.rawValue)"
+        }
+    }
+
     /// The connection's last error message, without the trailing newline.
     static func message(_ connection: OpaquePointer?) -> String {
         guard let connection else { return "no connection" }

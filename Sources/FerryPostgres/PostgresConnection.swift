@@ -35,6 +35,8 @@ public final class PostgresConnection {
     /// The inode of the socket ``poll`` watches: a socket libpq reopens during connect
     /// may get the same descriptor number back, and only the inode tells them apart.
     private var polledSocketInode: UInt = 0
+    /// Socket events handled while connecting, for the timeout's message.
+    private var connectEvents = 0
     private var interest: PollEvents = []
     private var machine = ConnectionStateMachine()
     private var completions: [ConnectionStateMachine.OperationID: Completion] = [:]
@@ -81,9 +83,12 @@ public final class PostgresConnection {
         let timer = Timer(loop: loop)
         deadline = timer
         timer.start(after: UInt64(max(1, configuration.connectTimeoutMilliseconds))) { [unowned self] in
+            // Where it stalled tells a slow network from a slow server.
             failConnecting(
                 PostgresError(
-                    .connectionFailed, "connect timed out after \(configuration.connectTimeoutMilliseconds) ms"))
+                    .connectionFailed,
+                    "connect timed out after \(configuration.connectTimeoutMilliseconds) ms "
+                        + "(\(LibPQ.connectPhase(connection)); \(connectEvents) socket events)"))
         }
         // Before the first PQconnectPoll, libpq says to behave as if it asked to write.
         continueConnecting(PGRES_POLLING_WRITING)
@@ -118,6 +123,7 @@ public final class PostgresConnection {
             let events: PollEvents = status == PGRES_POLLING_READING ? .readable : .writable
             interest = events
             poll!.watch(events) { [self] _ in
+                connectEvents += 1
                 // Errors included: PQconnectPoll finds out what went wrong on the socket.
                 continueConnecting(PQconnectPoll(self.connection))
             }
