@@ -38,35 +38,29 @@ func freePort() throws -> Int {
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct ServeProcessTests {
     @Test func missingSettingIsOneLineAndExitStatus2() throws {
-        let process = Process()
-        process.executableURL = try ferryExecutable()
-        process.arguments = ["serve"]
-        process.environment = ["PATH": "/usr/bin:/bin"]
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = Pipe()
-        try process.run()
-        process.waitUntilExit()
-        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(process.terminationStatus == 2)
+        let errors = temporaryLog()
+        defer { try? FileManager.default.removeItem(atPath: errors) }
+        let child = try ChildProcess(
+            try ferryExecutable().path, ["serve"], environment: ["PATH": "/usr/bin:/bin"], errors: errors)
+        #expect(child.wait() == .exited(2))
+        let text = try String(contentsOfFile: errors, encoding: .utf8)
         #expect(text.split(separator: "\n").count == 1)
         #expect(text.contains("FERRY_DATABASE_URL") && text.contains("--database-url"))
     }
 
-    /// Starts `ferry serve` on `port`; its log goes to `log`, or nowhere (a pipe nobody
-    /// reads would fill and stall the server's logging).
-    func startServe(_ database: TestDatabase, port: Int, log: Pipe? = nil) throws -> Process {
-        let process = Process()
-        process.executableURL = try ferryExecutable()
-        process.arguments = ["serve"]
-        process.environment = [
-            "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
-            "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
-        ]
-        process.standardOutput = log ?? FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        return process
+    /// A fresh path for a child's log under the temporary directory.
+    func temporaryLog() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("ferry-serve-\(UUID().uuidString).log").path
+    }
+
+    /// Starts `ferry serve` on `port`; its log goes to the file at `log`, or nowhere.
+    func startServe(_ database: TestDatabase, port: Int, log: String? = nil) throws -> ChildProcess {
+        try ChildProcess(
+            try ferryExecutable().path, ["serve"],
+            environment: [
+                "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
+                "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
+            ], output: log)
     }
 
     /// A signal that arrives while the server is still starting (before its watchers
@@ -74,14 +68,13 @@ func freePort() throws -> Int {
     /// signal's default action and die with connections open.
     @Test func sigtermWhileStartingStopsGracefully() async throws {
         try await TestDatabase.with { database in
-            let log = Pipe()
-            let process = try startServe(database, port: try freePort(), log: log)
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-            kill(process.processIdentifier, SIGTERM)
-            for _ in 0..<200 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
-            #expect(!process.isRunning, "still running 10 s after SIGTERM")
-            #expect(process.terminationReason == .exit && process.terminationStatus == 0)
-            let text = String(decoding: log.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let server = try startServe(database, port: try freePort(), log: log)
+            server.send(SIGTERM)
+            for _ in 0..<200 where server.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(server.ended == .exited(0), "still running 10 s after SIGTERM, or ended otherwise")
+            let text = try String(contentsOfFile: log, encoding: .utf8)
             #expect(text.contains("serving") && text.contains("shutting down") && text.contains("stopped"), "\(text)")
         }
     }
@@ -89,8 +82,7 @@ func freePort() throws -> Int {
     @Test func requestInFlightAtSIGTERMCompletesAndTheProcessExits0() async throws {
         try await TestDatabase.with { database in
             let port = try freePort()
-            let process = try startServe(database, port: port)
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let server = try startServe(database, port: port)
 
             var client: HTTPTestClient?
             for _ in 0..<100 where client == nil {
@@ -106,7 +98,7 @@ func freePort() throws -> Int {
                 "POST /v1/nothing HTTP/1.1\r\nHost: test\r\n" + "Expect: 100-continue\r\nContent-Length: 10\r\n\r\n")
             #expect(try inFlight.readResponse().status == 100)
             try inFlight.send("hello")
-            kill(process.processIdentifier, SIGTERM)
+            server.send(SIGTERM)
 
             // No new connections once shutdown began (how soon it begins depends on the
             // machine's load: wait for it, 5 s at most)...
@@ -123,9 +115,8 @@ func freePort() throws -> Int {
             #expect(response.header("Connection")?.lowercased() == "close")
             #expect(inFlight.waitForClose())
 
-            for _ in 0..<100 where process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
-            #expect(!process.isRunning)
-            #expect(process.terminationStatus == 0)
+            for _ in 0..<100 where server.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(server.ended == .exited(0))
         }
     }
 }

@@ -334,7 +334,7 @@ import Testing
                 "begin; create table public.a (id int primary key, user_id uuid); select ferry.register_table('a', 'lww')"
             )
             let registering = Task {
-                try await second.execute(
+                _ = try await second.execute(
                     """
                     begin; create table public.b (id int primary key, user_id uuid);
                     select ferry.register_table('b', 'lww'); commit

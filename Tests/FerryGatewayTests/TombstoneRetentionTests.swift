@@ -276,30 +276,13 @@ func runFerry(_ arguments: [String], databaseURL: String) async throws -> FerryR
     defer { try? FileManager.default.removeItem(at: directory) }
     let outputFile = directory.appendingPathComponent("stdout")
     let errorFile = directory.appendingPathComponent("stderr")
-    _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
-    _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
-    let output = try FileHandle(forWritingTo: outputFile)
-    let errors = try FileHandle(forWritingTo: errorFile)
-    defer {
-        try? output.close()
-        try? errors.close()
-    }
-    let process = Process()
-    process.executableURL = try ferryExecutable()
-    process.arguments = arguments
-    process.environment = ["PATH": "/usr/bin:/bin", "FERRY_DATABASE_URL": databaseURL]
-    process.standardOutput = output
-    process.standardError = errors
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-        process.terminationHandler = { _ in continuation.resume() }
-        do {
-            try process.run()
-        } catch {
-            process.terminationHandler = nil
-            continuation.resume(throwing: error)
-        }
-    }
+    let child = try ChildProcess(
+        try ferryExecutable().path, arguments,
+        environment: ["PATH": "/usr/bin:/bin", "FERRY_DATABASE_URL": databaseURL], output: outputFile.path,
+        errors: errorFile.path)
+    let ending = try await offload { child.wait() }
     return FerryRun(
-        status: process.terminationStatus, output: try String(contentsOf: outputFile, encoding: .utf8),
+        status: ending.exitStatus ?? -1,
+        output: try String(contentsOf: outputFile, encoding: .utf8),
         errors: try String(contentsOf: errorFile, encoding: .utf8))
 }

@@ -16,33 +16,18 @@ public enum PythonScript {
     }
 
     /// Runs Python with `arguments` and waits (blocking the caller) for it to end; killed
-    /// after `timeout` seconds (status -1). Output goes to a file: a pipe that a
-    /// grandchild holds open could keep a read from ending.
+    /// after `timeout` seconds (status -1, as for a signal). Output and errors go to one
+    /// file: a pipe that a grandchild holds open could keep a read from ending.
     public static func run(arguments: [String], timeout: Double = 90) throws -> (status: Int32, output: String) {
         let outputFile = FileManager.default.temporaryDirectory
             .appendingPathComponent("ferry-python-\(UUID().uuidString).log")
-        _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: outputFile) }
-        let output = try FileHandle(forWritingTo: outputFile)
-        defer { try? output.close() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python.hasPrefix("/") ? python : "/usr/bin/env")
-        process.arguments = (python.hasPrefix("/") ? [] : [python]) + ["-u"] + arguments
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        var status: Int32 = -1
-        if process.isRunning {
-            // SIGKILL: the child inherits the test process's signal mask, which may block SIGTERM.
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        } else {
-            status = process.terminationStatus
-        }
+        let child = try ChildProcess(
+            python.hasPrefix("/") ? python : "/usr/bin/env",
+            (python.hasPrefix("/") ? [] : [python]) + ["-u"] + arguments,
+            output: outputFile.path, errors: outputFile.path)
+        let (ending, killed) = child.wait(seconds: timeout)
         let text = (try? String(contentsOf: outputFile, encoding: .utf8)) ?? ""
-        return (status, status == -1 ? text + "\n(killed after \(Int(timeout)) s)" : text)
+        return killed ? (-1, text + "\n(killed after \(Int(timeout)) s)") : (ending.exitStatus ?? -1, text)
     }
 }
