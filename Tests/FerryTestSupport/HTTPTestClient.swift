@@ -61,7 +61,7 @@ public final class HTTPTestClient {
             }
             guard bound == 0 else {
                 let code = errno
-                Glibc.close(fd)
+                close()
                 throw HTTPTestClientError(description: "bind \(source): errno \(code)")
             }
         }
@@ -76,7 +76,11 @@ public final class HTTPTestClient {
         }
         guard status == 0 else {
             let code = errno
-            Glibc.close(fd)
+            // close(), not Glibc.close: a class whose init throws once every property is
+            // set still runs deinit, which would close the descriptor number a second
+            // time, by then perhaps another thread's socket (a PostgreSQL connection
+            // that then never heard back: the rare 30 s connect timeouts).
+            close()
             throw HTTPTestClientError(description: "connect \(host):\(port): errno \(code)")
         }
     }
