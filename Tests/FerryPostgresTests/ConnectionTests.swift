@@ -203,22 +203,10 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
 
     /// A server that accepts and never answers: the timeout says where the connect stalled.
     @Test func aConnectTimeoutSaysWhereItStalled() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(listener, pointer, length) == 0 && listen(listener, 4) == 0
-                    && getsockname(listener, pointer, &length) == 0
-            }
-        }
-        try #require(bound, "could not listen on loopback")
+        let silent = try LoopbackSocket(listening: true)
         // The kernel completes the handshake from the backlog; nobody ever reads or writes.
         let configuration = try PostgresConfiguration(
-            "postgresql://postgres@127.0.0.1:\(UInt16(bigEndian: address.sin_port))/postgres",
+            "postgresql://postgres@127.0.0.1:\(silent.port)/postgres",
             connectTimeoutMilliseconds: 500)
         await #expect {
             try await PostgresClient.connect(configuration)
@@ -227,6 +215,7 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
             return message.hasPrefix("connect timed out after 500 ms (waiting for ")
                 && !message.contains("; 0 socket events")
         }
+        withExtendedLifetime(silent) {}
     }
 
     @Test func unreachableServerFailsToConnectRetryably() async throws {

@@ -1,0 +1,46 @@
+import Glibc
+
+/// A TCP socket bound to 127.0.0.1 on a port the kernel chose, for tests that need a
+/// free port or a peer that never answers.
+public final class LoopbackSocket {
+    /// The descriptor; closed with the socket.
+    public let fd: Int32
+    /// The port it is bound to.
+    public let port: Int
+
+    /// Binds a new socket; `listening` also listens, so connections complete in the
+    /// kernel's backlog and then hear nothing.
+    public init(listening: Bool = false) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ready =
+            fd >= 0
+            && withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                    bind(fd, pointer, length) == 0 && (!listening || listen(fd, 16) == 0)
+                        && getsockname(fd, pointer, &length) == 0
+                }
+            }
+        guard ready else {
+            let code = errno
+            if fd >= 0 { close(fd) }
+            // Thrown before every property is set, so no deinit closes fd again.
+            throw LoopbackSocketError(description: "loopback socket: errno \(code)")
+        }
+        self.fd = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    deinit { close(fd) }
+}
+
+/// A free loopback port: bound, read back, released.
+public func freePort() throws -> Int { try LoopbackSocket().port }
+
+/// Why a loopback socket could not be made.
+public struct LoopbackSocketError: Error, CustomStringConvertible {
+    public var description: String
+}
