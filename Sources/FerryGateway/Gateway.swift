@@ -283,18 +283,13 @@ private final class ShutdownSignals {
         on loop: EventLoop, beginShutdown: @escaping @Sendable (Int32) -> Void,
         exitAtOnce: @escaping @Sendable (Int32) -> Void
     ) -> LoopBound<ShutdownSignals> {
-        let installed = DispatchSemaphore(value: 0)
-        let result = Mutex<LoopBound<ShutdownSignals>?>(nil)
-        loop.execute {
+        loop.runAndWait {
             let signals = ShutdownSignals(beginShutdown: beginShutdown, exitAtOnce: exitAtOnce)
             signals.watchers = [SIGINT, SIGTERM].map { number in
                 SignalWatcher(loop: loop, signal: number) { [unowned signals] in signals.received($0) }
             }
-            result.withLock { $0 = LoopBound(signals, loop: loop) }
-            installed.signal()
+            return LoopBound(signals, loop: loop)
         }
-        installed.wait()
-        return result.withLock { $0! }
     }
 
     /// The gateway serves: a signal received meanwhile begins the shutdown now.

@@ -72,7 +72,7 @@ public final class HTTPServer: Sendable {
             let requested = address
             let makeRouter = makeRouter
             let makeObserver = makeObserver
-            let result = runAndWait(on: bound.loop) { () -> Result<SocketAddress, LoopError> in
+            let result = bound.loop.runAndWait { () -> Result<SocketAddress, LoopError> in
                 let loop = bound.loop
                 do throws(LoopError) {
                     let server = bound.value
@@ -86,7 +86,7 @@ public final class HTTPServer: Sendable {
             case .success(let bound): address = bound
             case .failure(let error):
                 for opened in loops[..<index] {
-                    runAndWait(on: opened.loop) { opened.value.closeListener() }
+                    opened.loop.runAndWait { opened.value.closeListener() }
                 }
                 throw error
             }
@@ -122,23 +122,6 @@ public final class HTTPServer: Sendable {
             shutdown(deadline: deadline) { continuation.resume() }
         }
     }
-
-    private func runAndWait<T>(on loop: EventLoop, _ body: @escaping @Sendable () -> T) -> T {
-        let box = ResultBox<T>()
-        let done = DispatchSemaphore(value: 0)
-        loop.execute {
-            box.value = body()
-            done.signal()
-        }
-        // The semaphore orders the write on the loop before this read.
-        done.wait()
-        return box.value!
-    }
-}
-
-/// Carries a result from a loop to a thread waiting on a semaphore (which orders the accesses).
-private final class ResultBox<T>: @unchecked Sendable {
-    var value: T?
 }
 
 /// Calls `completion` when `count` parties have arrived. Any thread.
