@@ -184,9 +184,20 @@ public struct AccessTokenSigner: Sendable {
     /// expired at `now` minus the leeway: the part of ``verify(_:now:)`` that changes
     /// with time, for claims verified earlier (``VerifiedTokenCache``).
     public func checkTimes(of claims: AccessTokenClaims, now: Int) -> AccessTokenError? {
-        guard claims.issuedAt <= now + leewaySeconds else { return .issuedInFuture }
-        guard now < claims.expiresAt + leewaySeconds else { return .expired }
+        guard claims.issuedAt <= now.saturatingAdd(leewaySeconds) else { return .issuedInFuture }
+        guard now < acceptedUntil(claims) else { return .expired }
         return nil
+    }
+
+    /// The first second (since 1970) at which `claims` are refused as expired: the
+    /// earlier of `exp` and `iat` plus ``lifetimeSeconds``, plus the leeway.
+    ///
+    /// Ferry issues no token that outlives the lifetime, so a later `exp` (up to
+    /// 2^63 - 1, validly signed by whoever holds a secret) is cut back to it: a revoked
+    /// session, remembered for the lifetime and the leeway, outlives every token of it.
+    /// Saturating: no `exp` or `iat` overflows.
+    public func acceptedUntil(_ claims: AccessTokenClaims) -> Int {
+        min(claims.expiresAt, claims.issuedAt.saturatingAdd(lifetimeSeconds)).saturatingAdd(leewaySeconds)
     }
 
     /// Nil when the header is exactly `alg: HS256` and at most `typ: JWT`.

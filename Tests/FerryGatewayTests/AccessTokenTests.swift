@@ -77,6 +77,31 @@ import Testing
         #expect(strict.verify(token, now: claims.expiresAt - 1) == .success(claims))
     }
 
+    @Test func anExpBeyondTheLifetimeIsCutBackToIt() {
+        var claims = claims
+        claims.expiresAt = .max
+        let token = signer.sign(claims)
+        #expect(signer.verify(token, now: Self.now + 3600 + 29) == .success(claims))
+        #expect(signer.verify(token, now: Self.now + 3600 + 30) == .failure(.expired))
+        #expect(signer.acceptedUntil(claims) == Self.now + 3600 + 30)
+    }
+
+    @Test func timesAtTheEndsOfTheIntegerRangeAreRefusedWithoutTrapping() {
+        let extremes = [Int.min, Int.min + 1, -1, 0, Int.max - 1, Int.max]
+        for issuedAt in extremes {
+            for expiresAt in extremes {
+                var claims = claims
+                claims.issuedAt = issuedAt
+                claims.expiresAt = expiresAt
+                let result = signer.verify(signer.sign(claims), now: Self.now)
+                #expect(
+                    result == .failure(issuedAt > Self.now ? .issuedInFuture : .expired), "\(issuedAt) \(expiresAt)")
+            }
+        }
+        #expect(signer.checkTimes(of: claims, now: .max) == .expired)
+        #expect(signer.checkTimes(of: claims, now: .min) == .issuedInFuture)
+    }
+
     @Test func tokenIssuedInTheFutureBeyondTheLeewayIsRefused() {
         let token = signer.sign(claims)
         #expect(signer.verify(token, now: Self.now - 30) == .success(claims))
