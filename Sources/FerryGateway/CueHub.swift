@@ -59,7 +59,7 @@ final class CueHub {
             return
         }
         let subscriber = StreamSubscriber(
-            stream: stream, claims: claims, expiresAt: lastAcceptedSecond(claims),
+            stream: stream, claims: claims, expiresAt: accounts.tokens.acceptedUntil(claims),
             nextHeartbeat: loop.now + UInt64(settings.heartbeatMilliseconds))
         stream.onClose = { [unowned self, unowned subscriber] in remove(subscriber) }
         stream.onWritable = { [unowned self, unowned subscriber] in
@@ -218,7 +218,7 @@ final class CueHub {
         switch accounts.verifiedClaims(token: Substring(token)) {
         case .success(let claims) where claims.userID == subscriber.userID && claims.deviceID == subscriber.deviceID:
             subscriber.sessionID = claims.sessionID
-            subscriber.expiresAt = lastAcceptedSecond(claims)
+            subscriber.expiresAt = accounts.tokens.acceptedUntil(claims)
             subscriber.hasWarned = false
             checkDeadlines(subscriber)
         case .success:
@@ -252,7 +252,8 @@ final class CueHub {
         guard !subscriber.isClosing else { return }
         let now = loop.now
         let wallMilliseconds = Int(Date().timeIntervalSince1970 * 1000)
-        let expiresInMilliseconds = subscriber.expiresAt * 1000 - wallMilliseconds
+        // Saturating: the end is a client's token's, bounded by the token check but checked here too.
+        let expiresInMilliseconds = subscriber.expiresAt.saturatingMultiply(1000).saturatingAdd(-wallMilliseconds)
         if expiresInMilliseconds <= 0 { return close(subscriber, .tokenExpired) }
         let warningMilliseconds = settings.tokenWarningSeconds * 1000
         if !subscriber.hasWarned && expiresInMilliseconds <= warningMilliseconds {
@@ -282,11 +283,6 @@ final class CueHub {
         wheel.schedule(subscriber, at: deadline)
     }
 
-    /// The last second the token is accepted (its `exp` plus the clock leeway).
-    private func lastAcceptedSecond(_ claims: AccessTokenClaims) -> Int {
-        claims.expiresAt + accounts.tokens.leewaySeconds
-    }
-
     // MARK: - Shutdown
 
     /// Sends every pending cue that can go, closes every stream `1001`, and calls
@@ -309,7 +305,7 @@ final class StreamSubscriber {
     let userID: UUID
     let deviceID: String
     var sessionID: UUID
-    /// The last second (since 1970) its token is accepted.
+    /// The first second (since 1970) its token is refused (``AccessTokenSigner/acceptedUntil(_:)``).
     var expiresAt: Int
     var hasWarned = false
     var pending: PendingCue?

@@ -63,4 +63,29 @@ import Testing
             #expect(server.isRunning, "ferry serve ended: \(String(describing: server.ended))")
         }
     }
+
+    /// The stream's deadlines (timing wheel, `token_expiring`) come from the token's
+    /// end as the check bounds it, so an `exp` of 2^63 - 1 overflows none of them.
+    @Test(arguments: StreamTests.transports)
+    func aStreamWithAnAbsurdExpEndsWithinTheLifetime(transport: StreamTestClient.Transport) async throws {
+        try await withAccountsGateway(arguments: ["--access-token-ttl", "60", "--stream-token-warning", "3600"]) {
+            harness in
+            let session = try await harness.signUpAnonymous()
+            let tokens = harness.gateway.accounts.tokens
+            let now = Int(Date().timeIntervalSince1970)
+            let token = tokens.sign(
+                AccessTokenClaims(
+                    userID: try #require(UUID(uuidString: session.userID)),
+                    sessionID: try #require(UUID(uuidString: session.sessionID)), deviceID: session.deviceID,
+                    isAnonymous: true, issuedAt: now, expiresAt: .max))
+            let stream = try await harness.openStream(session, transport, token: token)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            // Warned at once: the stream has 60 s plus the 30 s leeway, under the hour of warning.
+            let warning = try await stream.nextMessageAsync(ofType: "token_expiring")
+            let inMilliseconds = try #require(warning.int("in_ms"))
+            #expect(inMilliseconds > 0 && inMilliseconds <= 90_000, "\(warning)")
+            stream.close()
+            #expect(try get("/healthz", port: harness.port).status == 200)
+        }
+    }
 }
