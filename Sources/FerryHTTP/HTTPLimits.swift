@@ -4,6 +4,10 @@ public struct HTTPLimits: Sendable, Equatable {
     public var maxBodyBytes: Int
     /// The most bytes of header names and values in one request (`431 headers_too_large`). Default 16 KiB.
     public var maxHeaderBytes: Int
+    /// The most header fields in one request (`431 headers_too_large`). Default 100: a
+    /// field costs more to hold than its bytes on the wire, so 16 KiB of empty fields
+    /// would be thousands of them.
+    public var maxHeaderFields: Int
     /// The longest request target (`414 uri_too_long`). Default 8 KiB.
     public var maxURLBytes: Int
     /// How many requests of one connection may be received but not yet answered;
@@ -12,13 +16,16 @@ public struct HTTPLimits: Sendable, Equatable {
 
     /// Creates limits; every argument defaults to PROTOCOL.md's figure.
     public init(
-        maxBodyBytes: Int = 1 << 20, maxHeaderBytes: Int = 16 << 10, maxURLBytes: Int = 8 << 10,
-        maxPipelinedRequests: Int = 16
+        maxBodyBytes: Int = 1 << 20, maxHeaderBytes: Int = 16 << 10, maxHeaderFields: Int = 100,
+        maxURLBytes: Int = 8 << 10, maxPipelinedRequests: Int = 16
     ) {
-        precondition(maxBodyBytes >= 0 && maxHeaderBytes > 0 && maxURLBytes > 0, "limits must be positive")
+        precondition(
+            maxBodyBytes >= 0 && maxHeaderBytes > 0 && maxHeaderFields > 0 && maxURLBytes > 0,
+            "limits must be positive")
         precondition(maxPipelinedRequests > 0, "at least one request must be allowed in flight")
         self.maxBodyBytes = maxBodyBytes
         self.maxHeaderBytes = maxHeaderBytes
+        self.maxHeaderFields = maxHeaderFields
         self.maxURLBytes = maxURLBytes
         self.maxPipelinedRequests = maxPipelinedRequests
     }

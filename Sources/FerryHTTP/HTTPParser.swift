@@ -30,6 +30,9 @@ final class HTTPParser {
 
     private let parser: UnsafeMutablePointer<http_parser>
     private let limits: HTTPLimits
+    /// The most body bytes reserved from `Content-Length` before they arrive: the
+    /// declared length is the client's word, so a bigger body grows as it comes.
+    static let maximumBodyReservation = 64 << 10
 
     // MARK: - What the callbacks recorded
 
@@ -123,6 +126,10 @@ final class HTTPParser {
 
     private func recordHeaderName(_ bytes: UnsafeRawBufferPointer) -> Int32 {
         if inValue { finishField() }
+        if fieldName.isEmpty && headers.count >= limits.maxHeaderFields {
+            limitExceeded = .headers
+            return 1
+        }
         fieldName.append(contentsOf: bytes)
         return countHeaderBytes(bytes.count)
     }
@@ -170,7 +177,7 @@ final class HTTPParser {
                 limitExceeded = .body
                 return -1
             }
-            body.reserveCapacity(Int(declared))
+            body.reserveCapacity(Int(min(declared, UInt64(Self.maximumBodyReservation))))
         }
         return 0
     }
