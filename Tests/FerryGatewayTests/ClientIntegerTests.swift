@@ -88,4 +88,50 @@ import Testing
             #expect(try get("/healthz", port: harness.port).status == 200)
         }
     }
+
+    /// Integers the SQL side reads (a push `id`, the pull `limit`, an integer lock key,
+    /// `force`) beyond their types are final `400`s, never a retryable `5xx`.
+    @Test func integersBeyondTheirTypesAreFinal400s() async throws {
+        try await withAccountsGateway { server in
+            try await server.database.admin.execute(
+                """
+                create table public.boards (user_id uuid not null, board int not null, primary key (user_id, board));
+                select ferry.register_table('boards', 'device_lock');
+                """)
+            let session = try await server.signUpAnonymous()
+            for id in ["9223372036854775808", "9223372036854775807", "1000000000000000000", "1e400", "-1", "1.5"] {
+                let response = try await raw(
+                    "POST", "/v1/push", port: server.port, token: session.accessToken,
+                    body: #"{"mutations":[{"id":\#(id),"table":"boards","op":"upsert","row":{"board":1}}]}"#)
+                #expect(response.status == 400 && response.code == "invalid_request", "id \(id): \(response)")
+            }
+            for limit in ["2147483648", "99999999999999999999", "-9223372036854775809"] {
+                let response = try await server.call("GET", "/v1/pull?limit=\(limit)", token: session.accessToken)
+                #expect(response.status == 400 && response.code == "invalid_request", "limit \(limit): \(response)")
+            }
+            for key in ["2147483648", "99999999999999999999"] {
+                let response = try await server.call(
+                    "POST", "/v1/locks/boards/\(key)/claim", token: session.accessToken)
+                #expect(response.status == 400 && response.code == "invalid_request", "key \(key): \(response)")
+            }
+            let force = try await raw(
+                "POST", "/v1/locks/boards/1/claim", port: server.port, token: session.accessToken,
+                body: #"{"force": 99999999999999999999}"#)
+            #expect(force.status == 400 && force.code == "invalid_request", "\(force)")
+            #expect(
+                try await server.database.value("select count(*) from ferry.devices where last_mutation_id > 0") == "0")
+        }
+    }
+
+    /// Sends `body` as it is (JSON numbers no encoder would write).
+    func raw(_ method: String, _ path: String, port: Int, token: String, body: String) async throws -> APIResponse {
+        let raw = try await offload {
+            let client = try HTTPTestClient(port: port, timeout: 15)
+            defer { client.close() }
+            return try client.request(
+                method, path, headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")],
+                body: Array(body.utf8))
+        }
+        return APIResponse(raw: raw)
+    }
 }
