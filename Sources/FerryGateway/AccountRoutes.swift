@@ -64,8 +64,12 @@ final class Accounts: Sendable {
                 return .failure(.unauthorized("the Authorization header must be: Bearer <access_token>"))
             }
             token = bearer
-        } else if allowQueryToken, let query = request.queryParameter("access_token") {
-            token = Substring(query)
+        } else if allowQueryToken {
+            do {
+                token = try request.queryParameter("access_token").map { Substring($0) }
+            } catch {
+                return .failure(.invalidRequest("query parameter \(error)"))
+            }
         }
         guard let token else { return .failure(.unauthorized("an access token is required")) }
         return verifiedToken(token: token, checkRevocation: checkRevocation)

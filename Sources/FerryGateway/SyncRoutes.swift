@@ -62,19 +62,28 @@ struct SyncRoutes {
         router.get("/v1/pull") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
             var limit = Self.defaultPullLimit
-            if let text = request.queryParameter("limit") {
-                guard let value = Int(text), (1...Self.maximumPullLimit).contains(value) else {
-                    return responder.respond(
-                        APIError.invalidRequest("limit must be an integer from 1 to \(Self.maximumPullLimit)").response)
-                }
-                limit = value
-            }
             var raw: String?  // ferry.pull's cursor text; nil for a first load
-            if let cursor = request.queryParameter("cursor"), !cursor.isEmpty {
-                guard let opened = cursors.open(cursor, for: identity) else {
-                    return responder.respond(APIError.invalidCursor.response)
+            do {
+                if let text = try request.queryParameter("limit") {
+                    guard let value = Int(text), (1...Self.maximumPullLimit).contains(value) else {
+                        return responder.respond(
+                            APIError.invalidRequest("limit must be an integer from 1 to \(Self.maximumPullLimit)")
+                                .response)
+                    }
+                    limit = value
                 }
-                raw = opened
+            } catch {
+                return responder.respond(APIError.invalidRequest("query parameter \(error)").response)
+            }
+            do {
+                if let cursor = try request.queryParameter("cursor"), !cursor.isEmpty {
+                    guard let opened = cursors.open(cursor, for: identity) else {
+                        return responder.respond(APIError.invalidCursor.response)
+                    }
+                    raw = opened
+                }
+            } catch {
+                return responder.respond(APIError.invalidCursor.response)
             }
             let pull = PostgresStatement(pullSQL, [raw, String(limit)], preparedName: "ferry_pull")
             worker.run(as: identity, [pull]) { result in

@@ -173,6 +173,12 @@ final class HTTPConnection: TCPConnectionDelegate {
             machine.respond(
                 sequence: sequence, response: .error(status: .notFound, code: "not_found", message: "no such path"),
                 route: nil, now: now)
+        case .undecodable(let parameter, let pattern):
+            let error = URLDecodingError(name: parameter)
+            machine.respond(
+                sequence: sequence,
+                response: .error(status: .badRequest, code: "invalid_request", message: "path segment \(error)"),
+                route: pattern, now: now)
         }
     }
 

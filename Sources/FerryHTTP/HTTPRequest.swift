@@ -6,14 +6,18 @@ public struct HTTPRequest: Sendable {
     /// The request method.
     public var method: HTTPMethod
     /// The path as sent, before `?`, not percent-decoded (`/v1/locks/active_game/current/claim`).
+    /// From the wire it is UTF-8 as sent: the decoder refuses a target that is not.
     public var path: String
     /// The query string after `?` (without it), not decoded; nil when the target has no `?`.
+    /// Read parameters with ``queryParameter(_:)``.
     public var query: String?
     /// The header fields in the order received.
     public var headers: HTTPHeaders
     /// The body bytes (de-chunked); empty when there is none.
     public var body: [UInt8]
     /// Values of the route's `:name` segments, percent-decoded; filled in by the ``Router``.
+    /// A segment that does not decode never reaches a handler: the server answers `400
+    /// invalid_request` (``Router/Match/undecodable(parameter:pattern:)``).
     public var pathParameters: [String: String]
     /// The peer as `ip:port`, or nil if the socket could not tell.
     public var remoteAddress: String?
@@ -42,11 +46,16 @@ public struct HTTPRequest: Sendable {
         self.isUpgrade = isUpgrade
     }
 
-    /// The first value of query parameter `name`, percent-decoded (`+` is a space), or nil.
+    /// The first value of query parameter `name`, percent-decoded, or nil when the
+    /// query has no parameter of that name.
     ///
-    /// Scans the query string on each call: cheap for the few parameters Ferry's endpoints take.
-    /// A parameter without `=` has the empty value.
-    public func queryParameter(_ name: String) -> String? {
+    /// Query strings are form-encoded: `+` is a space (a literal plus is `%2B`). A value
+    /// that does not decode (a malformed `%` escape, bytes that are not UTF-8 once
+    /// decoded, or a NUL) throws: present but unreadable, which the caller answers
+    /// `400`. A parameter whose name does not decode names nothing and is skipped. A
+    /// parameter without `=` has the empty value. Scans the query string on each call:
+    /// cheap for the few parameters Ferry's endpoints take.
+    public func queryParameter(_ name: String) throws(URLDecodingError) -> String? {
         guard let query else { return nil }
         for pair in query.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
             let equals = pair.firstIndex(of: UInt8(ascii: "="))
@@ -55,18 +64,35 @@ public struct HTTPRequest: Sendable {
                 continue
             }
             guard let equals else { return "" }
-            return PercentDecoding.decode(pair[pair.index(after: equals)...], plusIsSpace: true)
+            guard let value = PercentDecoding.decode(pair[pair.index(after: equals)...], plusIsSpace: true) else {
+                throw URLDecodingError(name: name)
+            }
+            return value
         }
         return nil
     }
 }
 
-/// Percent-decoding of URL components.
+/// A query parameter or path segment that is present but does not percent-decode to
+/// text: a malformed `%` escape, bytes that are not UTF-8 once decoded, or a NUL
+/// (which PostgreSQL's text cannot hold and C strings would cut at).
+public struct URLDecodingError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The query parameter's or the route's path parameter's name.
+    public let name: String
+
+    /// Names what did not decode.
+    public init(name: String) { self.name = name }
+
+    public var description: String { "\(name) is not percent-encoded UTF-8 text without NUL" }
+}
+
+/// Percent-decoding of URL components: the one place a path segment or a query
+/// parameter becomes text.
 enum PercentDecoding {
-    /// Decodes `%XX` escapes (and `+` when `plusIsSpace`); nil for a malformed escape
-    /// or bytes that are not UTF-8.
+    /// Decodes `%XX` escapes (and `+` as a space when `plusIsSpace`); nil for a malformed
+    /// escape, bytes that are not UTF-8, or a NUL, sent raw or as `%00`.
     static func decode<Bytes: Collection<UInt8>>(_ bytes: Bytes, plusIsSpace: Bool) -> String? {
-        if !bytes.contains(where: { $0 == UInt8(ascii: "%") || (plusIsSpace && $0 == UInt8(ascii: "+")) }) {
+        if !bytes.contains(where: { $0 == UInt8(ascii: "%") || $0 == 0 || (plusIsSpace && $0 == UInt8(ascii: "+")) }) {
             return String(validating: bytes, as: UTF8.self)
         }
         var decoded: [UInt8] = []
@@ -88,6 +114,7 @@ enum PercentDecoding {
             decoded.append(plusIsSpace && byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte)
             index = bytes.index(after: index)
         }
+        guard !decoded.contains(0) else { return nil }
         return String(validating: decoded, as: UTF8.self)
     }
 

@@ -71,7 +71,11 @@ struct HTTPRequestDecoder {
                 return (consumed, .error(.malformed("unsupported HTTP version")))
             }
             parser.resume()
-            return (consumed, .request(makeRequest(), isHTTP10: parser.isHTTP10))
+            guard let request = makeRequest() else {
+                failed = true
+                return (consumed, .error(.malformed("the request target is not UTF-8")))
+            }
+            return (consumed, .request(request, isHTTP10: parser.isHTTP10))
         default:
             failed = true
             switch parser.limitExceeded {
@@ -85,9 +89,12 @@ struct HTTPRequestDecoder {
         }
     }
 
-    private func makeRequest() -> HTTPRequest {
+    /// The request just completed; nil when its target is not UTF-8 (http-parser lets
+    /// bytes over 0x7F through, and the path must reach the router as sent).
+    private func makeRequest() -> HTTPRequest? {
         let isUpgrade = parser.isUpgrade
         let (url, headers, body) = parser.takeMessage()
+        if url.contains(where: { $0 >= 0x80 }) && String(validating: url, as: UTF8.self) == nil { return nil }
         // Origin-form targets only; a fragment is never sent but is dropped if it is.
         var end = url.endIndex
         if let hash = url.firstIndex(of: UInt8(ascii: "#")) { end = hash }

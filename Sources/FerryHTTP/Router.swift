@@ -8,6 +8,8 @@ public typealias HTTPHandler = (HTTPRequest, HTTPResponder) -> Void
 ///
 /// Patterns are `/`-separated segments; a segment `:name` matches any one segment and
 /// captures it (percent-decoded) as a path parameter: `/v1/locks/:table/:key/claim`.
+/// Other segments match the path's bytes as sent (`/v1/p%75ll` is not `/v1/pull`); `+`
+/// in a path is a plus.
 /// An exact segment is preferred over a parameter at the same place, falling back to
 /// the parameter when the exact branch leads nowhere. Empty segments are ignored, so
 /// `/healthz/` matches `/healthz`. `HEAD` is served by the `GET` handler when no
@@ -34,6 +36,10 @@ public struct Router {
         case methodNotAllowed(allowed: [HTTPMethod])
         /// No route has this path.
         case notFound
+        /// A route has this path and method, but its path parameter `parameter` does not
+        /// percent-decode to text (a malformed escape, not UTF-8, a NUL): `400
+        /// invalid_request`. `pattern` is the route's, as in ``found(_:parameters:pattern:)``.
+        case undecodable(parameter: String, pattern: String)
     }
 
     /// An empty router.
@@ -104,8 +110,10 @@ public struct Router {
                 parameters.reserveCapacity(captured.count)
                 for capture in captured {
                     let raw = UnsafeBufferPointer(rebasing: bytes[capture.start..<capture.end])
-                    parameters[capture.name] =
-                        PercentDecoding.decode(raw, plusIsSpace: false) ?? String(decoding: raw, as: UTF8.self)
+                    guard let value = PercentDecoding.decode(raw, plusIsSpace: false) else {
+                        return .undecodable(parameter: capture.name, pattern: route.pattern)
+                    }
+                    parameters[capture.name] = value
                 }
             }
             return .found(route.handler, parameters: parameters, pattern: route.pattern)

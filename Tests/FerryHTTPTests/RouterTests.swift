@@ -7,6 +7,7 @@ private enum Outcome: Equatable {
     case found(String, [String: String])
     case methodNotAllowed([HTTPMethod])
     case notFound
+    case undecodable(String, pattern: String)
 }
 
 private func outcome(_ router: Router, _ method: HTTPMethod, _ path: String) -> Outcome {
@@ -14,6 +15,7 @@ private func outcome(_ router: Router, _ method: HTTPMethod, _ path: String) -> 
     case .found(_, let parameters, let pattern): .found(pattern, parameters)
     case .methodNotAllowed(let allowed): .methodNotAllowed(allowed)
     case .notFound: .notFound
+    case .undecodable(let parameter, let pattern): .undecodable(parameter, pattern: pattern)
     }
 }
 
@@ -38,6 +40,22 @@ private func router(_ routes: [(HTTPMethod, String)]) -> Router {
         #expect(
             outcome(routes, .post, "/v1/locks/active_game/a%2Fb/claim")
                 == .found("/v1/locks/:table/:key/claim", ["table": "active_game", "key": "a/b"]))
+    }
+
+    @Test(arguments: ["cur%00rent", "cur%zzrent", "cur%ffrent", "%", "%c3", "%ed%a0%80"])
+    func aParameterThatDoesNotDecodeIsUndecodable(key: String) {
+        let routes = router([(.post, "/v1/locks/:table/:key/claim")])
+        #expect(
+            outcome(routes, .post, "/v1/locks/active_game/\(key)/claim")
+                == .undecodable("key", pattern: "/v1/locks/:table/:key/claim"))
+    }
+
+    @Test func aPlusInAPathIsAPlusAndLiteralSegmentsMatchAsSent() {
+        let routes = router([(.post, "/v1/locks/:table/:key/claim"), (.get, "/v1/pull")])
+        #expect(
+            outcome(routes, .post, "/v1/locks/a/b+c%20d/claim")
+                == .found("/v1/locks/:table/:key/claim", ["table": "a", "key": "b+c d"]))
+        #expect(outcome(routes, .get, "/v1/p%75ll") == .notFound)
     }
 
     @Test func exactSegmentsWinOverParameters() {
