@@ -102,6 +102,24 @@ import Testing
         #expect(signer.checkTimes(of: claims, now: .min) == .issuedInFuture)
     }
 
+    @Test func claimTimesThatAreNotIntegersOf64BitsAreInvalidClaims() {
+        func payload(exp: String) -> String {
+            #"{"sub":"3f2504e0-4f89-11d3-9a0c-0305e82c3301","sid":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","#
+                + #""did":"phone","anon":false,"iat":\#(Self.now),"exp":\#(exp)}"#
+        }
+        for exp in [
+            "9223372036854775808", "-9223372036854775809", "18446744073709551616", "1e400", "1.75e9", "1750003600.0",
+            "\"1750003600\"",
+        ] {
+            #expect(
+                signer.verify(forge(payload: payload(exp: exp)), now: Self.now) == .failure(.invalidClaims), "\(exp)")
+        }
+        #expect(
+            signer.verify(forge(payload: payload(exp: "-9223372036854775808")), now: Self.now) == .failure(.expired))
+        let largest = signer.verify(forge(payload: payload(exp: "9223372036854775807")), now: Self.now + 60)
+        #expect(largest.map(\.expiresAt) == .success(.max))
+    }
+
     @Test func tokenIssuedInTheFutureBeyondTheLeewayIsRefused() {
         let token = signer.sign(claims)
         #expect(signer.verify(token, now: Self.now - 30) == .success(claims))
