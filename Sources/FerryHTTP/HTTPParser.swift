@@ -125,6 +125,10 @@ final class HTTPParser {
     }
 
     private func recordHeaderName(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        // Trailers (after a chunked body) count toward the limit and are dropped: merged
+        // into the head they would pass for headers, and one left unfinished would run
+        // into the next request's first header.
+        guard progress != .body else { return countHeaderBytes(bytes.count) }
         if inValue { finishField() }
         if fieldName.isEmpty && headers.count >= limits.maxHeaderFields {
             limitExceeded = .headers
@@ -135,6 +139,7 @@ final class HTTPParser {
     }
 
     private func recordHeaderValue(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        guard progress != .body else { return countHeaderBytes(bytes.count) }
         inValue = true
         fieldValue.append(contentsOf: bytes)
         return countHeaderBytes(bytes.count)

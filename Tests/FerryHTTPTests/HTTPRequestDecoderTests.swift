@@ -70,6 +70,28 @@ private let chunked =
             ])
     }
 
+    @Test func trailersAreDroppedAndLeaveTheNextRequestsHeadersAlone() {
+        let bytes = Array(
+            ("POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n"
+                + "Authorization: Bearer trailer\r\nX-T: v\r\n\r\n"
+                + "GET /b HTTP/1.1\r\nAuthorization: Bearer mine\r\nHost: b\r\n\r\n").utf8)
+        var decoder = HTTPRequestDecoder(limits: HTTPLimits())
+        var requests: [HTTPRequest] = []
+        var offset = 0
+        while offset < bytes.count {
+            let (consumed, event) = bytes[offset...].withUnsafeBytes { decoder.decode($0) }
+            offset += consumed
+            guard case .request(let request, _) = event else { continue }
+            requests.append(request)
+        }
+        #expect(
+            requests.map { Array($0.headers.map(\.name)) } == [
+                ["Host", "Transfer-Encoding"], ["Authorization", "Host"],
+            ])
+        #expect(requests.first?.body == Array("hi".utf8))
+        #expect(requests.last?.headers["Authorization"] == "Bearer mine")
+    }
+
     @Test func decodesPipelinedRequestsFromOneRead() {
         let three = "GET /a HTTP/1.1\r\n\r\n" + post + "GET /c HTTP/1.1\r\nConnection: close\r\n\r\n"
         #expect(
