@@ -3,13 +3,13 @@ import Testing
 @testable import FerryHTTP
 
 /// What a decoder made of some bytes.
-private enum Decoded: Equatable {
+enum Decoded: Equatable {
     case request(method: HTTPMethod, path: String, query: String?, body: String, keepAlive: Bool)
     case error(HTTPRequestError)
 }
 
 /// Feeds `chunks` one after another, decoding every request they hold.
-private func decode(_ chunks: [[UInt8]], limits: HTTPLimits = HTTPLimits()) -> [Decoded] {
+func decode(_ chunks: [[UInt8]], limits: HTTPLimits = HTTPLimits()) -> [Decoded] {
     var decoder = HTTPRequestDecoder(limits: limits)
     var results: [Decoded] = []
     outer: for chunk in chunks {
@@ -33,7 +33,7 @@ private func decode(_ chunks: [[UInt8]], limits: HTTPLimits = HTTPLimits()) -> [
     return results
 }
 
-private func decode(_ text: String, limits: HTTPLimits = HTTPLimits()) -> [Decoded] {
+func decode(_ text: String, limits: HTTPLimits = HTTPLimits()) -> [Decoded] {
     decode([Array(text.utf8)], limits: limits)
 }
 
