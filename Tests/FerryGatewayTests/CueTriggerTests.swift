@@ -391,11 +391,9 @@ import Testing
             #expect(
                 try await admin.query("select count(*) from pg_trigger where tgname like 'ferry_cue%'")[0, 0] == "0")
             let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
-            #expect(
-                applied == [
-                    "ferry/0010_cues.sql", "ferry/0011_refuse_truncate.sql", "ferry/0012_pull_readers.sql",
-                    "ferry/0013_push_upserts.sql",
-                ])
+            let later = try FileManager.default.contentsOfDirectory(atPath: ferry)
+                .filter { $0 >= "0010" && $0.hasSuffix(".sql") }.sorted().map { "ferry/" + $0 }
+            #expect(applied == later && later.first == "ferry/0010_cues.sql", "\(applied)")
             // 0012 built a pull reader for each table registered before it.
             #expect(
                 try await admin.query("select count(*) from ferry.synced_tables where pull_reader is null")[0, 0]
