@@ -199,7 +199,12 @@ package struct ConnectionStateMachine: Sendable {
             flight.error = flight.error ?? PostgresError(.server, "pipeline aborted by an earlier error")
         case (.pipeline(_, let steps), .end):
             guard flight.stepIndex < steps.count else {
-                return protocolViolation(flight, "more results than statements")
+                // An error after the last statement is the implicit transaction's COMMIT at
+                // the Sync failing (a deferred constraint, a serialization failure): the
+                // whole operation fails with it, and its results are void.
+                guard flight.stepFailed else { return protocolViolation(flight, "more results than statements") }
+                flight.stepFailed = false
+                break
             }
             switch steps[flight.stepIndex] {
             case .prepare(let name, _, _):

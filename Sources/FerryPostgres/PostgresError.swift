@@ -48,25 +48,63 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         self.severity = severity
     }
 
-    /// Whether running the same work again, on another connection, may succeed.
+    /// What a failure says about the work that failed: whether the same work may
+    /// succeed if run again, or what must change first.
+    public enum Cause: Sendable, Equatable {
+        /// Running the same work again, on another connection, may succeed.
+        case transient
+        /// The work's own data: a value that does not convert to or fit its type, or that
+        /// goes past one of the server's limits (an index entry too large, too many columns).
+        case invalidData
+        /// The work's data conflicts with stored data or a rule of the schema (a unique,
+        /// foreign-key, check or not-null constraint).
+        case conflict
+        /// The server or its schema: a missing object or privilege, a bug in a function,
+        /// a configuration the client cannot change.
+        case server
+    }
+
+    /// The cause, from the kind and, for a server error, the SQLSTATE's class (the
+    /// first two characters; PostgreSQL's "Errcodes" appendix):
     ///
-    /// True for lost or failed connections, client-side timeouts, a full pool, and the
-    /// server errors `40001` (serialization failure), `40P01` (deadlock), `57P01`
-    /// (admin shutdown, e.g. `pg_terminate_backend`), `57P02`/`57P03` (crash shutdown,
-    /// cannot connect now). A server `statement_timeout` (`57014`) is not: the same
-    /// statement would most likely run out of time again.
-    public var isRetryable: Bool {
+    /// - transient: a lost, failed or timed-out connection, a full pool; `08`
+    ///   connection exception, `40` transaction rollback (serialization failure,
+    ///   deadlock) but `40002`, `53` insufficient resources (disk full, out of memory,
+    ///   too many connections), `57` operator intervention (`57014` statement timeout
+    ///   or cancel, `57P01` `pg_terminate_backend` or shutdown, crash, cannot connect
+    ///   now), `55P03` lock not available (`lock_timeout`), `25006` read-only
+    ///   transaction (a standby, mid-failover).
+    /// - invalidData: `22` data exception, `54` program limit exceeded.
+    /// - conflict: `23` integrity constraint violation, `40002` (the same, at commit).
+    /// - server: every other class (`0A` feature not supported, `42` syntax error or
+    ///   access rule violation, `P0` PL/pgSQL error, `XX` internal error, …), a closed
+    ///   pool or connection, a bad configuration, an unsupported answer.
+    public var cause: Cause {
         switch kind {
-        case .connectionFailed, .connectionLost, .timeout, .poolExhausted: return true
-        case .server: return sqlState.map(Self.retryableStates.contains) ?? false
-        case .poolClosed, .closed, .invalidConfiguration, .unsupported: return false
+        case .connectionFailed, .connectionLost, .timeout, .poolExhausted: return .transient
+        case .poolClosed, .closed, .invalidConfiguration, .unsupported: return .server
+        case .server: break
+        }
+        guard let sqlState, sqlState.utf8.count == 5 else { return .server }
+        switch sqlState {
+        case "40002": return .conflict
+        case "55P03", "25006": return .transient
+        default: break
+        }
+        switch sqlState.prefix(2) {
+        case "08", "40", "53", "57": return .transient
+        case "22", "54": return .invalidData
+        case "23": return .conflict
+        default: return .server
         }
     }
 
+    /// Whether running the same work again, on another connection, may succeed
+    /// (``cause`` is ``Cause/transient``).
+    public var isRetryable: Bool { cause == .transient }
+
     /// Whether the server ends the session after this error (severity `FATAL` or `PANIC`).
     public var endsSession: Bool { severity == "FATAL" || severity == "PANIC" }
-
-    private static let retryableStates: Set<String> = ["40001", "40P01", "57P01", "57P02", "57P03"]
 
     /// A one-line summary with the SQLSTATE, detail and hint when present.
     public var description: String {

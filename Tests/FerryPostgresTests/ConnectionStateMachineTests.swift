@@ -88,6 +88,31 @@ import Testing
         #expect(machine.resultReceived(.sync) == .complete(.init(id: 1, result: .failure(division)), next: nil))
     }
 
+    @Test func anErrorAtTheSyncsCommitFailsThePipelineAndKeepsTheConnection() {
+        var machine = connectedMachine()
+        _ = machine.enqueue(1, .pipeline(["select 1", "insert into t values (1)"]))
+        // A deferred foreign key checked when the Sync commits: an error after the last result.
+        let deferred = PostgresError(.server, "violates foreign key constraint", sqlState: "23503", severity: "ERROR")
+        for event: Machine.ResultEvent in [.result(one), .end, .result(ok), .end, .failure(deferred), .end] {
+            #expect(machine.resultReceived(event) == .none)
+        }
+        #expect(machine.resultReceived(.sync) == .complete(.init(id: 1, result: .failure(deferred)), next: nil))
+        #expect(machine.state == .idle)
+    }
+
+    @Test func aResultAfterTheLastStatementIsAProtocolViolation() {
+        var machine = connectedMachine()
+        _ = machine.enqueue(1, .pipeline(["select 1"]))
+        for event: Machine.ResultEvent in [.result(one), .end, .result(one)] {
+            #expect(machine.resultReceived(event) == .none)
+        }
+        guard case .close = machine.resultReceived(.end) else {
+            Issue.record("expected close")
+            return
+        }
+        #expect(!machine.isUsable)
+    }
+
     @Test func fatalErrorClosesTheConnectionAndFailsQueuedOperationsRetryably() {
         var machine = connectedMachine()
         _ = machine.enqueue(1, .pipeline(["select pg_sleep(10)"]))
@@ -177,6 +202,14 @@ import Testing
         #expect(PostgresError(.server, "", sqlState: "40001").isRetryable)
         #expect(PostgresError(.server, "", sqlState: "40P01").isRetryable)
         #expect(PostgresError(.server, "", sqlState: "57P01").isRetryable)
+        #expect(PostgresError(.server, "", sqlState: "57014").isRetryable, "statement timeout")
+        #expect(PostgresError(.server, "", sqlState: "55P03").isRetryable, "lock timeout")
+        #expect(PostgresError(.server, "", sqlState: "53200").isRetryable, "out of memory")
+        #expect(!PostgresError(.server, "", sqlState: "22P05").isRetryable)
+        #expect(PostgresError(.server, "", sqlState: "22P05").cause == .invalidData)
+        #expect(PostgresError(.server, "", sqlState: "54001").cause == .invalidData)
+        #expect(PostgresError(.server, "", sqlState: "23505").cause == .conflict)
+        #expect(PostgresError(.server, "", sqlState: "42501").cause == .server)
         #expect(!PostgresError(.server, "", sqlState: "23505").isRetryable)
         #expect(PostgresError(.poolExhausted, "").isRetryable)
         #expect(!PostgresError(.poolClosed, "").isRetryable)
