@@ -119,8 +119,10 @@ final class Accounts: Sendable {
 
     /// Logs a failed database call and returns what the client is told.
     func databaseFailure(_ error: PostgresError) -> APIError {
-        logger.log(.error, "database error", ["error": error.description])
-        return .database(error)
+        let answer = APIError.database(error)
+        // A refusal of the client's own data is the client's to fix; the rest is ours.
+        logger.log(answer.status.code >= 500 ? .error : .warning, "database error", ["error": error.description])
+        return answer
     }
 
     /// A session body for a user's new tokens.

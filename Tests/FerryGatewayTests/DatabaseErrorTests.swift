@@ -1,0 +1,240 @@
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+/// PROTOCOL.md's notes, "Database errors": each SQLSTATE class a request can meet has one
+/// answer on every route (``APIError/database(_:)``): what a retry can fix is `503
+/// unavailable`, an error of the request's own data is a final 4xx, the rest `500
+/// internal`. One error of each class over real HTTP against a real PostgreSQL, caused
+/// for real where that is cheap (a timeout, a lock, a deadlock, a deferred constraint, a
+/// revoked grant, a killed backend) and raised by an operator's trigger where it is not
+/// (a full disk).
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct DatabaseErrorTests {
+    static let tables = """
+        create table public.items (user_id uuid not null, id text not null, title text, primary key (user_id, id));
+        select ferry.register_table('items', 'lww');
+        create table public.games (user_id uuid not null, slot text not null, primary key (user_id, slot));
+        select ferry.register_table('games', 'device_lock');
+        """
+
+    func withItems(
+        arguments: [String] = [], _ body: (AccountsGateway, TestSession) async throws -> Void
+    ) async throws {
+        try await withAccountsGateway(arguments: arguments) { server in
+            try await server.database.admin.execute(Self.tables)
+            try await body(server, try await server.signUpAnonymous())
+        }
+    }
+
+    func upsert(_ id: Int, _ key: String, title: String) -> [String: Any] {
+        ["id": id, "table": "items", "op": "upsert", "row": ["id": key, "title": title]]
+    }
+
+    func expectUnavailable(_ response: APIResponse, _ comment: Comment? = nil) {
+        #expect(response.status == 503 && response.code == "unavailable", "\(comment ?? "") \(response)")
+        #expect(response.retryable == true)
+    }
+
+    func nothingWasPushed(_ server: AccountsGateway) async throws -> Bool {
+        try await server.database.value(
+            "select (select count(*) from public.items) + (select coalesce(sum(last_mutation_id), 0) from ferry.devices)"
+        ) == "0"
+    }
+
+    // MARK: - 57: operator intervention
+
+    @Test func aStatementTimeoutIsUnavailable() async throws {
+        try await withItems(arguments: ["--statement-timeout-ms", "2000"]) { server, device in
+            try await server.database.admin.execute(
+                """
+                create function public.slow() returns trigger language plpgsql as $$
+                begin perform pg_sleep(30); return new; end $$;
+                create trigger slow before insert on public.items for each row when (new.title = 'slow')
+                    execute function public.slow();
+                """)
+            let slow = try await server.pushBatch(
+                device, [upsert(1, "a", title: "fast"), upsert(2, "b", title: "slow")])
+            expectUnavailable(slow.response)
+            #expect(try await nothingWasPushed(server))
+            let retried = try await server.pushBatch(device, [upsert(1, "a", title: "fast")])
+            #expect(retried.outcomes == ["applied"], "\(retried.response)")
+        }
+    }
+
+    @Test func aBackendKilledMidClaimIsUnavailable() async throws {
+        try await withItems { server, device in
+            let locker = try await server.database.database.connect()
+            try await locker.execute("begin; lock table public.games in share mode")
+            async let claim = server.call("POST", "/v1/locks/games/current/claim", token: device.accessToken)
+            let waiting = try await server.database.gatewayBackendWaitingOnALock(running: "ferry.claim_lock")
+            let pid = try #require(waiting, "the claim never waited on the locked table")
+            #expect(try await server.database.value("select pg_terminate_backend($1::int)", [pid]) == "t")
+            expectUnavailable(try await claim)
+            try await locker.execute("rollback")
+            await locker.close()
+            let again = try await server.call("POST", "/v1/locks/games/current/claim", token: device.accessToken)
+            #expect(again.status == 200, "\(again)")
+        }
+    }
+
+    // MARK: - 55P03: lock not available
+
+    @Test func aLockTimeoutIsUnavailableOnEveryRoute() async throws {
+        try await AccountsDatabase.with { database in
+            try await database.admin.execute(Self.tables)
+            // Every gateway connection gets it (they open after this), the admin's not.
+            try await database.admin.execute("alter database \(database.database.name) set lock_timeout = '300ms'")
+            try await withStartedGateway(databaseURL: database.gatewayURL) { gateway, port in
+                let server = AccountsGateway(database: database, gateway: gateway, port: port)
+                let device = try await server.signUpAnonymous()
+                let locker = try await database.database.connect()
+                try await locker.execute(
+                    """
+                    begin;
+                    lock table public.items in access exclusive mode;
+                    lock table public.games in share mode;
+                    lock table ferry.users in share mode
+                    """)
+                expectUnavailable(try await server.pushBatch(device, [upsert(1, "a", title: "t")]).response, "push")
+                expectUnavailable(try await server.call("GET", "/v1/pull", token: device.accessToken), "pull")
+                expectUnavailable(
+                    try await server.call("POST", "/v1/locks/games/current/claim", token: device.accessToken), "claim")
+                expectUnavailable(
+                    try await server.call("POST", "/v1/auth/anonymous", json: ["device_id": UUID().uuidString]),
+                    "sign-up")
+                try await locker.execute("rollback")
+                await locker.close()
+                #expect(try await nothingWasPushed(server))
+                #expect(try await database.value("select count(*) from ferry.users") == "1")
+            }
+        }
+    }
+
+    // MARK: - 40: transaction rollback
+
+    @Test func aDeadlockIsUnavailableAndAppliesNothing() async throws {
+        try await withItems { server, device in
+            let seeded = try await server.pushBatch(device, [upsert(1, "a", title: "a0"), upsert(2, "b", title: "b0")])
+            try #require(seeded.outcomes == ["applied", "applied"], "\(seeded.response)")
+            // The other transaction holds a, then wants b, which the push holds while it
+            // waits on a; it waits long enough that the push's backend finds the deadlock.
+            let other = try await server.database.database.connect()
+            try await other.execute(
+                "set deadlock_timeout = '60s'; begin; update public.items set title = 'other' where id = 'a'")
+            async let pushed = server.pushBatch(device, [upsert(3, "b", title: "b1"), upsert(4, "a", title: "a1")])
+            let waiting = try await server.database.gatewayBackendWaitingOnALock(running: "ferry.push")
+            try #require(waiting != nil, "the push never waited on row a")
+            try await other.execute("update public.items set title = 'other' where id = 'b'")
+            expectUnavailable(try await pushed.response)
+            try await other.execute("rollback")
+            await other.close()
+            #expect(
+                try await server.database.rows("select id, title from public.items order by id") == [
+                    ["a", "a0"], ["b", "b0"],
+                ])
+            let retried = try await server.pushBatch(
+                device, [upsert(3, "b", title: "b1"), upsert(4, "a", title: "a1")])
+            #expect(retried.outcomes == ["applied", "applied"], "\(retried.response)")
+        }
+    }
+
+    // MARK: - 53: insufficient resources
+
+    @Test func exhaustedResourcesAreUnavailable() async throws {
+        try await withItems { server, device in
+            try await server.database.admin.execute(
+                """
+                create function public.full_disk() returns trigger language plpgsql as $$
+                begin raise exception 'could not extend file' using errcode = 'disk_full'; end $$;
+                create trigger full_disk before insert on public.items for each row execute function public.full_disk();
+                """)
+            expectUnavailable(try await server.pushBatch(device, [upsert(1, "a", title: "t")]).response)
+            #expect(try await nothingWasPushed(server))
+        }
+    }
+
+    // MARK: - 22, 23: the request's data, found at commit
+
+    @Test func aDeferredConstraintViolatedAtCommitIsAFinalConflict() async throws {
+        try await withItems { server, device in
+            try await server.database.admin.execute(
+                """
+                create table public.tree (
+                    user_id uuid not null, id text not null, parent_id text,
+                    primary key (user_id, id),
+                    foreign key (user_id, parent_id) references public.tree (user_id, id) deferrable initially deferred);
+                select ferry.register_table('tree', 'lww');
+                """)
+            func node(_ id: Int, _ key: String, parent: String) -> [String: Any] {
+                ["id": id, "table": "tree", "op": "upsert", "row": ["id": key, "parent_id": parent]]
+            }
+            let orphan = try await server.pushBatch(device, [node(1, "child", parent: "missing")])
+            #expect(orphan.response.status == 409 && orphan.response.code == "conflict", "\(orphan.response)")
+            #expect(orphan.response.retryable == false)
+            #expect(orphan.response.string("error", "message")?.contains("foreign key") == true)
+            #expect(try await server.database.value("select count(*) from public.tree") == "0")
+            // The constraint is checked at commit, so a child may come before its parent.
+            let family = try await server.pushBatch(
+                device,
+                [node(1, "child", parent: "root"), ["id": 2, "table": "tree", "op": "upsert", "row": ["id": "root"]]])
+            #expect(family.outcomes == ["applied", "applied"], "\(family.response)")
+        }
+    }
+
+    @Test func aDataExceptionAtCommitIsAFinalInvalidRequest() async throws {
+        try await withItems { server, device in
+            try await server.database.admin.execute(
+                """
+                create function public.check_at_commit() returns trigger language plpgsql as $$
+                begin perform 1 / (length(new.title) - 6); return null; end $$;
+                create constraint trigger check_at_commit after insert on public.items
+                    deferrable initially deferred for each row execute function public.check_at_commit();
+                """)
+            let answer = try await server.pushBatch(device, [upsert(1, "a", title: "divide")])
+            #expect(answer.response.status == 400 && answer.response.code == "invalid_request", "\(answer.response)")
+            #expect(answer.response.string("error", "message")?.contains("division by zero") == true)
+            #expect(try await nothingWasPushed(server))
+        }
+    }
+
+    // MARK: - 42 and the rest: the server
+
+    @Test func aMissingPrivilegeIsInternal() async throws {
+        try await withItems { server, device in
+            try await server.database.admin.execute("revoke execute on function ferry.table_schema() from ferry_client")
+            let schema = try await server.call("GET", "/v1/schema", token: device.accessToken)
+            #expect(schema.status == 500 && schema.code == "internal", "\(schema)")
+            #expect(schema.string("error", "message") == "internal error", "the database's message stays in the log")
+        }
+    }
+
+    // MARK: - The table, without a server
+
+    @Test func everySQLStateClassHasOneAnswer() {
+        func answer(_ state: String) -> String {
+            let error = APIError.database(PostgresError(.server, "message", sqlState: state))
+            return "\(error.status.code) \(error.code)"
+        }
+        let table: [(String, String)] = [
+            ("08006", "503 unavailable"), ("40001", "503 unavailable"), ("40P01", "503 unavailable"),
+            ("53100", "503 unavailable"), ("53300", "503 unavailable"), ("57014", "503 unavailable"),
+            ("57P01", "503 unavailable"), ("55P03", "503 unavailable"), ("25006", "503 unavailable"),
+            ("22P02", "400 invalid_request"), ("22P05", "400 invalid_request"), ("54000", "400 invalid_request"),
+            ("23505", "409 conflict"), ("23503", "409 conflict"), ("40002", "409 conflict"),
+            ("42501", "500 internal"), ("42P01", "500 internal"), ("0A000", "500 internal"), ("P0001", "500 internal"),
+            ("XX000", "500 internal"), ("58030", "500 internal"), ("55000", "500 internal"), ("25P02", "500 internal"),
+        ]
+        for (state, expected) in table {
+            #expect(answer(state) == expected, "\(state)")
+        }
+        #expect(APIError.database(PostgresError(.connectionLost, "")).status.code == 503)
+        #expect(APIError.database(PostgresError(.timeout, "")).status.code == 503)
+        #expect(APIError.database(PostgresError(.server, "", sqlState: nil)).status.code == 500)
+        let data = APIError.database(PostgresError(.server, "value too long", sqlState: "22001"))
+        #expect(data.message.hasSuffix("value too long"), "the client's own data: the message says what")
+    }
+}
