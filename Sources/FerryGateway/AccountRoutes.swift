@@ -557,6 +557,11 @@ struct AccountRoutes {
         guard let identity = responder.success(of: accounts.authenticate(request, checkRevocation: false)) else {
             return
         }
+        // A body that is not JSON is invalid_json, as on every route; JSON that is not the
+        // confirmation, or none, is confirmation_required.
+        if !request.body.isEmpty, let refusal = RequestBody.refusal(of: request.body) {
+            return responder.respond(refusal.response)
+        }
         guard case .success(let body) = RequestBody.decode(DeleteRequest.self, from: request),
             body.confirm == "DELETE"
         else {

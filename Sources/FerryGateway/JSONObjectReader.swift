@@ -1,15 +1,17 @@
 import Foundation
 
 /// Reads the members of one JSON object from borrowed bytes without building a
-/// tree: the access-token header and claims, on the request path.
+/// tree: the access-token header and claims, on the request path; and checks a whole
+/// request body before anything else reads it (``defect(in:maximumDepth:)``).
 ///
 /// Strict: whitespace only where RFC 8259 allows it, nothing after the object,
 /// control characters and bad escapes in strings rejected, lone surrogates
-/// rejected. Nested arrays and objects are validated and skipped (at most 16
-/// deep). `JSONDecoder` takes about 3.6 µs to decode a token's claims, more than a
-/// whole ``AccessTokenSigner/verify(_:now:)`` with this reader, and cannot see a
-/// duplicated `alg`; this allocates only the strings a caller decodes. Any thread;
-/// the bytes must outlive the call.
+/// rejected, strings well-formed UTF-8 (RFC 3629: no overlong forms, no encoded
+/// surrogates). Nested arrays and objects are validated and skipped (at most 16
+/// deep for ``forEachMember(in:_:)``). `JSONDecoder` takes about 3.6 µs to decode a
+/// token's claims, more than a whole ``AccessTokenSigner/verify(_:now:)`` with this
+/// reader, and cannot see a duplicated `alg`; this allocates only the strings a
+/// caller decodes. Any thread; the bytes must outlive the call.
 struct JSONObjectReader {
     /// A string as it appears between its quotes, decoded only on demand.
     struct RawString {
@@ -78,10 +80,38 @@ struct JSONObjectReader {
         case other
     }
 
-    private let bytes: UnsafeBufferPointer<UInt8>
-    private var index = 0
+    /// Why bytes are not an acceptable JSON document.
+    enum Defect: Equatable {
+        /// A string holds bytes that are not well-formed UTF-8.
+        case notUTF8
+        /// Arrays and objects nest deeper than the limit.
+        case tooDeep
+        /// Anything else RFC 8259 does not allow.
+        case notJSON
+    }
 
-    private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private let maximumDepth: Int
+    private var index = 0
+    /// Set where a read fails for a reason other than the grammar.
+    private var defect: Defect?
+
+    private init(_ bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int = 16) {
+        self.bytes = bytes
+        self.maximumDepth = maximumDepth
+    }
+
+    /// Nil when `bytes` are exactly one JSON value (whitespace around it allowed), in
+    /// UTF-8, with at most `maximumDepth` arrays and objects open at once (the
+    /// outermost counts); else what is wrong. One pass, no allocation; recursion as
+    /// deep as the nesting, so `maximumDepth` also bounds the stack.
+    static func defect(in bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int) -> Defect? {
+        var reader = JSONObjectReader(bytes, maximumDepth: maximumDepth)
+        reader.skipWhitespace()
+        guard reader.readValue(depth: 0) != nil else { return reader.defect ?? .notJSON }
+        reader.skipWhitespace()
+        return reader.index == bytes.count ? nil : .notJSON
+    }
 
     /// Calls `body` with each member of the object that is all of `bytes`, in order;
     /// false when the bytes are not exactly one valid JSON object or when `body`
@@ -112,8 +142,6 @@ struct JSONObjectReader {
     }
 
     // MARK: - Reading
-
-    private static let maximumDepth = 16
 
     private mutating func skipWhitespace() {
         while index < bytes.count {
@@ -170,11 +198,39 @@ struct JSONObjectReader {
                 guard skipEscape() else { return nil }
             case 0..<0x20:
                 return nil
+            case 0x80...:
+                guard let length = Self.utf8SequenceLength(bytes, at: index) else {
+                    defect = .notUTF8
+                    return nil
+                }
+                index += length
             default:
                 index += 1
             }
         }
         return nil
+    }
+
+    /// The length of the well-formed UTF-8 sequence (RFC 3629 §4) whose lead byte, at
+    /// least 0x80, is at `offset`; nil for a stray continuation byte, an overlong form,
+    /// an encoded surrogate, a scalar above U+10FFFF or a sequence cut short.
+    private static func utf8SequenceLength(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int) -> Int? {
+        // The second byte's range depends on the lead byte; later ones are 0x80...0xBF.
+        let length: Int
+        var second: ClosedRange<UInt8> = 0x80...0xBF
+        switch bytes[offset] {
+        case 0xC2...0xDF: length = 2
+        case 0xE0: (length, second) = (3, 0xA0...0xBF)
+        case 0xE1...0xEC, 0xEE...0xEF: length = 3
+        case 0xED: (length, second) = (3, 0x80...0x9F)
+        case 0xF0: (length, second) = (4, 0x90...0xBF)
+        case 0xF1...0xF3: length = 4
+        case 0xF4: (length, second) = (4, 0x80...0x8F)
+        default: return nil
+        }
+        guard bytes.count - offset >= length, second.contains(bytes[offset + 1]) else { return nil }
+        for continuation in bytes[offset + 2..<offset + length] where continuation & 0xC0 != 0x80 { return nil }
+        return length
     }
 
     /// Validates one escape starting at its backslash, including a surrogate pair's
@@ -275,7 +331,10 @@ struct JSONObjectReader {
 
     /// Validates and skips an array or object starting at its opening bracket.
     private mutating func skipContainer(depth: Int) -> Bool {
-        guard depth <= Self.maximumDepth else { return false }
+        guard depth <= maximumDepth else {
+            defect = .tooDeep
+            return false
+        }
         let isObject = bytes[index] == UInt8(ascii: "{")
         let close = isObject ? UInt8(ascii: "}") : UInt8(ascii: "]")
         index += 1

@@ -308,18 +308,17 @@ func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async thro
 }
 
 /// Sends one request on a fresh connection and reads its answer. `json` is encoded
-/// as the body; `source` is the client's address (127.0.0.0/8).
+/// as the body, or `body` is sent as it is (as JSON); `source` is the client's address
+/// (127.0.0.0/8).
 func call(
     _ method: String, _ path: String, port: Int, token: String? = nil, json: [String: Any]? = nil,
-    headers: [(String, String)] = [], source: String? = nil
+    body raw: [UInt8]? = nil, headers: [(String, String)] = [], source: String? = nil
 ) async throws -> APIResponse {
     var all = headers
     if let token { all.append(("Authorization", "Bearer \(token)")) }
-    var body: [UInt8] = []
-    if let json {
-        body = Array(try JSONSerialization.data(withJSONObject: json))
-        all.append(("Content-Type", "application/json"))
-    }
+    var body: [UInt8] = raw ?? []
+    if let json { body = Array(try JSONSerialization.data(withJSONObject: json)) }
+    if json != nil || raw != nil { all.append(("Content-Type", "application/json")) }
     let headers = all
     let bytes = body
     let raw = try await offload {
@@ -357,11 +356,11 @@ func decodeClaims(_ token: String) -> [String: Any] {
 
 extension AccountsGateway {
     func call(
-        _ method: String, _ path: String, token: String? = nil, json: [String: Any]? = nil,
+        _ method: String, _ path: String, token: String? = nil, json: [String: Any]? = nil, body: [UInt8]? = nil,
         headers: [(String, String)] = [], source: String? = nil
     ) async throws -> APIResponse {
         try await FerryGatewayTests.call(
-            method, path, port: port, token: token, json: json, headers: headers, source: source)
+            method, path, port: port, token: token, json: json, body: body, headers: headers, source: source)
     }
 
     /// `POST /v1/auth/anonymous`, required to answer 201.
