@@ -85,7 +85,7 @@ grep -q "set_config('ferry.session_id', \$3, true)" Sources/FerryGateway/Identit
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
 grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/SyncRoutes.swift ||
     { echo "the pull statement changed: update bench/sync.sh" >&2; exit 1; }
-grep -q "then null else ferry.push(body) end" Sources/FerryGateway/SyncRoutes.swift ||
+grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/SyncRoutes.swift ||
     { echo "the push statement changed: update bench/sync.sh" >&2; exit 1; }
 
 # Setup: sign-ups through the API, rows seeded as the owner, cursors through the API.
@@ -218,7 +218,7 @@ LUA
 # pgbench push: each client looks its device up once (client-side \if, no round trip
 # afterwards), then per transaction the identity statement and the gateway's push
 # statement in one pipeline. The batch text is the template with its number filled in
-# by format(), the only difference from the gateway's statement ($1::jsonb).
+# by format(), the only difference from the gateway's statement ($1, the body as text).
 cat > "$tmp/push.sql" <<SQL
 \\if :have = 0
 select uid, did, sid, 1 as have from bench_sync.push_devices where n = :client_id
@@ -227,10 +227,7 @@ select uid, did, sid, 1 as have from bench_sync.push_devices where n = :client_i
 \\set seq :seq + 1
 \\startpipeline
 $identity_sql
-select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
-        and pg_catalog.jsonb_array_length(body -> 'mutations') > 1000
-    then null else ferry.push(body) end
-from (select pg_catalog.format(:template, :seq::bigint)::jsonb as body) request;
+select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);
 \\endpipeline
 SQL
 pg_template=${template//@/%1\$s}

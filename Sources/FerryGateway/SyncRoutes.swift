@@ -19,18 +19,18 @@ struct SyncRoutes {
     /// Adds the routes for one loop; handlers use that loop's `worker`.
     func register(in router: inout Router, worker: Worker) {
         let accounts = self.accounts
-        // The limit is checked in the same statement, so an oversized batch costs no
-        // parse in the gateway and writes nothing.
-        let pushSQL = """
-            select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
-                    and pg_catalog.jsonb_array_length(body -> 'mutations') > \(maxPushMutations)
-                then null else ferry.push(body) end
-            from (select $1::jsonb as body) request
-            """
+        // ferry.push_body (0015_push_final_answers.sql) checks the limit before it reads
+        // the mutations, so an oversized batch costs no parse in the gateway and writes
+        // nothing. The body goes as text: a mutation PostgreSQL cannot store (a \u0000)
+        // fails its own cast to jsonb there, not the whole statement's.
+        let pushSQL = "select ferry.push_body($1, $2::integer)"
+        let limit = String(maxPushMutations)
         router.post("/v1/push") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
+            if let refusal = RequestBody.refusal(of: request.body) { return responder.respond(refusal.response) }
+            // Checked UTF-8 above, so the decoding replaces nothing.
             let body = String(decoding: request.body, as: UTF8.self)
-            let push = PostgresStatement(pushSQL, [body], preparedName: "ferry_push")
+            let push = PostgresStatement(pushSQL, [body, limit], preparedName: "ferry_push")
             worker.run(as: identity, [push]) { result in
                 switch result {
                 case .success(let results):
@@ -42,8 +42,6 @@ struct SyncRoutes {
                             ).response)
                     }
                     responder.respond(.json(bytes: answer))
-                case .failure(let error) where error.sqlState == "22P02":
-                    responder.respond(APIError.invalidJSON("the body is not valid JSON").response)
                 case .failure(let error) where error.sqlState == "22023":
                     // ferry.push's own refusals of a malformed batch: their messages are for clients.
                     responder.respond(APIError.invalidRequest(error.message).response)

@@ -1,0 +1,525 @@
+-- 0015_push_final_answers: a push PostgreSQL cannot store, or gets wrong, has a final
+-- answer: the mutation that holds the problem is rejected on its own and the rest of the
+-- batch applies. Before, such a batch failed whole with 500 (retryable) on every retry,
+-- and the device's outbox was stuck behind it.
+--
+-- Adds
+--   ferry.push_body(body text, max_mutations integer)
+--                             POST /v1/push: the request body as the gateway received it
+--                             (text, checked as UTF-8 JSON by the gateway), null when it
+--                             holds more than max_mutations mutations, else push's answer.
+--                             The body is read as jsonb in one cast. When that cast fails
+--                             (a \u0000 escape, which text cannot hold; a number beyond
+--                             numeric's range), each mutation is read alone and the ones
+--                             that do not convert are answered here: unknown_table when the
+--                             table name holds the \u0000, else invalid_row, naming the
+--                             column when it can. Other members of the body are ignored,
+--                             whatever they hold.
+--   ferry.push_mutations(mutations jsonb, unstorable jsonb)
+--                             0013's ferry.push with these changes:
+--                             - a mutation listed in unstorable (by its position) is
+--                               rejected with the code and message given there;
+--                             - a value that does not convert names its column
+--                               (`column "seconds": invalid input syntax for type integer:
+--                               "abc"`), through ferry.column_value_error;
+--                             - a key value must be of the JSON type pull sends that
+--                               column as: a string for text, uuid, date and the like, a
+--                               number for integer, numeric and float columns, a boolean for
+--                               boolean. `"id": 5` for a text key was stored as "5", so the
+--                               device kept a row keyed 5 and pulled one keyed "5";
+--                             - a mutation with no table, or a table that is not a string,
+--                               says so (it was "no table is not a synced table");
+--                             - program_limit_exceeded (a value too large for its index
+--                               entry) and raise_exception (an operator's trigger refusing a
+--                               row with a plain RAISE EXCEPTION) reject the mutation as
+--                               invalid_row instead of failing the batch;
+--                             - a mutation without an id is refused with the batch's other
+--                               shape errors (it was taken as id null).
+--   ferry.column_value_error(table, row)
+--                             which column of a row does not convert to the table's type,
+--                             and why; null when none alone fails.
+--
+-- Changes
+--   ferry.push(jsonb)         ferry.push_mutations with nothing unstorable, for SQL callers
+--                             (a jsonb argument holds no \u0000). The gateway calls
+--                             ferry.push_body.
+--
+-- Which errors reject one mutation and which fail the batch: PROTOCOL.md's notes
+-- ("Database errors"). Everything a retry cannot fix that comes from the batch's data is
+-- final; only what a retry can fix (a lost connection, a timeout, a serialization failure
+-- or deadlock, exhausted resources) fails the batch with 503.
+
+-- MARK: - One column's conversion
+
+-- The first column of p_row (in key order) whose value alone does not convert to its
+-- column's type, as 'column "name": <the server's message>'. Called only after a
+-- mutation failed with a data exception, so its cost is the error path's.
+create function ferry.column_value_error(p_table regclass, p_row jsonb) returns text
+language plpgsql
+as $$
+declare
+    v_column text;
+begin
+    if p_table is null or p_row is null then
+        return null;
+    end if;
+    for v_column in select k from pg_catalog.jsonb_object_keys(p_row) k order by k loop
+        begin
+            execute pg_catalog.format('select pg_catalog.jsonb_populate_record(null::%s, $1)', p_table)
+                using pg_catalog.jsonb_build_object(v_column, p_row -> v_column);
+        exception when data_exception then
+            return pg_catalog.format('column %s: %s', pg_catalog.to_json(v_column), sqlerrm);
+        end;
+    end loop;
+    return null;
+end
+$$;
+
+-- MARK: - push, mutation by mutation
+
+create function ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) returns jsonb
+language plpgsql
+as $$
+declare
+    v_user uuid := ferry.uid();
+    v_device text := ferry.device_id();
+    v_list jsonb;
+    v_tables jsonb;
+    v_last bigint;
+    v_results jsonb[] := '{}';
+    v_m jsonb;
+    v_position integer;
+    v_id bigint;
+    v_table jsonb;
+    v_rel regclass;
+    v_strategy text;
+    v_owner text;
+    v_op text;
+    v_row jsonb;
+    v_key text[];
+    v_given text[];
+    v_bad text;
+    v_bad_type text;
+    v_found boolean;
+    v_deleted boolean;
+    v_holder text;
+    v_same boolean;
+    v_stored jsonb;
+    v_typed jsonb;
+    v_list_sql text;
+    v_sets text;
+    v_code text;
+    v_message text;
+    v_wrote boolean;
+    v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
+    v_cued text[] := '{}';
+begin
+    v_list := case pg_catalog.jsonb_typeof(p_mutations)
+        when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
+    if v_list is null or pg_catalog.jsonb_typeof(v_list) <> 'array' then
+        raise exception 'push: mutations must be an array' using errcode = '22023';
+    end if;
+    if exists (
+        select from pg_catalog.jsonb_array_elements(v_list) m
+        where pg_catalog.jsonb_typeof(m) <> 'object' or pg_catalog.jsonb_typeof(m -> 'id') is distinct from 'number'
+            or (m ->> 'id') !~ '^[0-9]{1,18}$'
+    ) then
+        raise exception 'push: every mutation must be an object with a non-negative integer id' using errcode = '22023';
+    end if;
+
+    v_last := ferry.lock_device();
+
+    -- Everything push needs about the tables the batch names, in one catalog query:
+    -- strategy, owner, primary key, the columns a client may write, the key match.
+    select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
+            'oid', c.oid::bigint, 'strategy', s.strategy, 'owner', s.owner_column,
+            'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
+            'shape', ferry.upsert_shape(c.oid)))
+        into v_tables
+        from ferry.synced_tables s
+        join pg_catalog.pg_class c on c.oid = s.table_name
+        cross join lateral (
+            select pg_catalog.jsonb_agg(a.attname order by p.position) as names,
+                pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by p.position) as list,
+                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', a.attname), ' and ' order by p.position)
+                    as match,
+                -- The JSON type pull sends each key column's values as (to_jsonb's rule, by
+                -- the base type): a key must come in that type, or the device's copy and the
+                -- server's would not match. Arrays, composites and jsonb keys are not checked.
+                -- A domain counts as its base type (one level) and shares its category.
+                pg_catalog.jsonb_object_agg(a.attname, case
+                    when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
+                    else 'string' end) filter (where y.typcategory not in ('A', 'C') and y.base not in (114, 3802))
+                    as types
+            from pg_catalog.pg_index i
+            cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as p(attnum, position)
+            join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = p.attnum
+            cross join lateral (
+                select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
+                from pg_catalog.pg_type t where t.oid = a.atttypid
+            ) y
+            where i.indrelid = c.oid and i.indisprimary
+        ) k
+        cross join lateral (
+            select pg_catalog.jsonb_object_agg(a.attname, true) as names
+            from pg_catalog.pg_attribute a
+            where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+                and a.attname not in ('_stamp', '_deleted', '_lock_device', '_lock_heartbeat_at', 'updated_at')
+        ) cols
+        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(v_list) m);
+
+    for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
+        v_id := (v_m ->> 'id')::bigint;
+        if v_id <= v_last then
+            v_results := v_results || pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate');
+            continue;
+        end if;
+        v_last := v_id;
+        v_code := null;
+        v_message := null;
+        v_wrote := false;
+        v_rel := null;
+        v_row := null;
+
+        <<mutation>>
+        begin
+            -- One ferry.push_body could not read as jsonb: only its id (and table) are here.
+            if p_unstorable ? v_position::text then
+                v_code := p_unstorable -> v_position::text ->> 'code';
+                v_message := p_unstorable -> v_position::text ->> 'message';
+                exit mutation;
+            end if;
+            v_table := case when pg_catalog.jsonb_typeof(v_m -> 'table') = 'string' then v_tables -> (v_m ->> 'table') end;
+            if v_table is null then
+                v_code := 'unknown_table';
+                v_message := case coalesce(pg_catalog.jsonb_typeof(v_m -> 'table'), 'missing')
+                    when 'string' then pg_catalog.format('%s is not a synced table', v_m -> 'table')
+                    when 'missing' then 'the mutation has no table field'
+                    else pg_catalog.format('table must be a string, not %s', v_m -> 'table') end;
+                exit mutation;
+            end if;
+            v_rel := (v_table ->> 'oid')::oid::regclass;
+            v_strategy := v_table ->> 'strategy';
+            v_owner := v_table ->> 'owner';
+            v_op := v_m ->> 'op';
+            if v_strategy in ('readonly', 'shared') then
+                v_code := 'read_only';
+                v_message := pg_catalog.format('%s is read-only for clients', v_m ->> 'table');
+                exit mutation;
+            end if;
+            if v_op is null or v_op not in ('insert', 'upsert', 'delete') then
+                v_code := 'invalid_row';
+                v_message := pg_catalog.format('op must be insert, upsert or delete, not %s', coalesce((v_m -> 'op')::text, 'missing'));
+                exit mutation;
+            end if;
+            if v_strategy in ('insert_only', 'set') and v_op = 'upsert' then
+                v_op := 'insert';
+            end if;
+            if v_strategy = 'insert_only' and v_op = 'delete' then
+                v_code := 'immutable';
+                v_message := pg_catalog.format('rows of %s are never deleted', v_m ->> 'table');
+                exit mutation;
+            end if;
+
+            v_row := v_m -> case when v_op = 'delete' then 'key' else 'row' end;
+            if v_row is null or pg_catalog.jsonb_typeof(v_row) <> 'object' then
+                v_code := 'invalid_row';
+                v_message := case when v_op = 'delete' then 'delete needs a key object' else 'a row object is needed' end;
+                exit mutation;
+            end if;
+            v_row := v_row - 'updated_at';
+            v_key := array(select pg_catalog.jsonb_array_elements_text(v_table -> 'key'));
+
+            select k into v_bad from pg_catalog.jsonb_object_keys(v_row) k
+                where not (v_table -> 'columns') ? k limit 1;
+            if v_bad is not null then
+                v_code := 'unknown_column';
+                v_message := pg_catalog.format('%s has no column %s a client may write', v_m ->> 'table', pg_catalog.to_json(v_bad));
+                exit mutation;
+            end if;
+            if v_op = 'delete' then
+                select k into v_bad from pg_catalog.jsonb_object_keys(v_row) k
+                    where not k = any (v_key) and k <> v_owner limit 1;
+                if v_bad is not null then
+                    v_code := 'invalid_row';
+                    v_message := pg_catalog.format('%s is not a key column', pg_catalog.to_json(v_bad));
+                    exit mutation;
+                end if;
+            end if;
+
+            -- The owner: omitted (or null) means the caller; anyone else is forbidden.
+            if pg_catalog.jsonb_typeof(v_row -> v_owner) <> 'null' then
+                if pg_catalog.jsonb_typeof(v_row -> v_owner) <> 'string' then
+                    v_code := 'invalid_row';
+                    v_message := pg_catalog.format('%s must be a uuid string', v_owner);
+                    exit mutation;
+                end if;
+                if (v_row ->> v_owner)::uuid <> v_user then
+                    v_code := 'forbidden';
+                    v_message := pg_catalog.format('%s names another user', v_owner);
+                    exit mutation;
+                end if;
+            end if;
+            v_row := v_row || pg_catalog.jsonb_build_object(v_owner, v_user);
+
+            select k, g.given into v_bad, v_bad_type
+                from pg_catalog.unnest(v_key) k
+                cross join lateral (select pg_catalog.jsonb_typeof(v_row -> k) as given) g
+                where g.given is null or g.given = 'null' or g.given <> (v_table -> 'key_types' ->> k)
+                limit 1;
+            if v_bad is not null then
+                v_code := 'invalid_row';
+                v_message := case when v_bad_type is null or v_bad_type = 'null'
+                    then pg_catalog.format('key column %s is missing', pg_catalog.to_json(v_bad))
+                    else pg_catalog.format('key column %s takes a JSON %s (as pull sends it), not a %s',
+                        pg_catalog.to_json(v_bad), v_table -> 'key_types' ->> v_bad, v_bad_type) end;
+                exit mutation;
+            end if;
+            v_given := array(select pg_catalog.jsonb_object_keys(v_row));
+            -- This table's cue triggers stay quiet for push's own writes: push cues once per
+            -- table at the end (header). A subtransaction rolled back restores the setting.
+            if v_skip_cues is distinct from 'on' then
+                perform pg_catalog.set_config('ferry.skip_cues', v_m ->> 'table', true);
+            end if;
+
+            -- lww upsert, the common write: one statement. (A key owned by another user is
+            -- invisible, so it conflicts under RLS: forbidden.) The table's static upsert
+            -- when its shape is the one the upsert was written for, else the same
+            -- statement built for the given columns.
+            if v_op = 'upsert' and v_strategy = 'lww' then
+                if ferry.upsert_row(v_m ->> 'table', v_table ->> 'shape', v_row) then
+                    v_wrote := true;
+                    exit mutation;
+                end if;
+                v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
+                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
+                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                execute pg_catalog.format(
+                    'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
+                        ' on conflict (%s) do update set %s_deleted = false',
+                    v_rel, v_list_sql, v_list_sql, v_rel, v_table ->> 'key_list', coalesce(v_sets || ', ', ''))
+                    using v_row;
+                v_wrote := true;
+                exit mutation;
+            end if;
+
+            -- The row under this key as the caller sees it, locked: whether it is a
+            -- tombstone and who holds its lock; for an insert also the stored row and the
+            -- given one as the table's types make them, to compare. Casting the values here
+            -- is where a wrong type becomes invalid_row.
+            v_found := null;
+            execute pg_catalog.format(
+                'select true, t._deleted, %s, %s from %s t, pg_catalog.jsonb_populate_record(null::%s, $1) p where %s for update of t',
+                case when v_strategy = 'device_lock' then 't._lock_device' else 'null::text' end,
+                case when v_op = 'insert' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)' else 'null::jsonb, null::jsonb' end,
+                v_rel, v_rel, v_table ->> 'match')
+                into v_found, v_deleted, v_holder, v_stored, v_typed using v_row;
+            if v_stored is not null then
+                v_same := (v_stored - array(select pg_catalog.jsonb_object_keys(v_stored) except select pg_catalog.unnest(v_given)))
+                    = (v_typed - array(select pg_catalog.jsonb_object_keys(v_typed) except select pg_catalog.unnest(v_given)));
+            end if;
+            v_found := coalesce(v_found, false);
+            -- Without a row the values are cast by the write itself.
+            if v_holder is not null and v_holder <> v_device then
+                v_code := 'lock_not_held';
+                v_message := pg_catalog.format('another device holds this row of %s', v_m ->> 'table');
+                exit mutation;
+            end if;
+
+            v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
+            v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = p.%1$I', k), ', ')
+                from pg_catalog.unnest(v_given) k where not k = any (v_key));
+
+            if v_op = 'delete' then
+                if v_found and not v_deleted then
+                    execute pg_catalog.format(
+                        'update %s t set _deleted = true from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
+                        v_rel, v_rel, v_table ->> 'match') using v_row;
+                    v_wrote := true;
+                end if;
+            elsif not v_found then
+                execute pg_catalog.format(
+                    'insert into %s (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)',
+                    v_rel, v_list_sql, v_list_sql, v_rel) using v_row;
+                v_wrote := true;
+            elsif v_op = 'insert' and not v_deleted and (v_same or v_strategy = 'set') then
+                v_code := 'duplicate';
+            elsif v_op = 'insert' and (not v_deleted or v_strategy = 'insert_only') then
+                v_code := 'immutable';
+                v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
+            else
+                -- upsert, or insert onto a tombstone: a merge write of the given columns.
+                execute pg_catalog.format(
+                    'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
+                    v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
+                v_wrote := true;
+            end if;
+        exception
+            when data_exception then
+                v_code := 'invalid_row';
+                v_message := coalesce(ferry.column_value_error(v_rel, v_row), sqlerrm);
+            when program_limit_exceeded or raise_exception then
+                -- A value past a server limit (an index entry over its size), or an
+                -- operator's trigger refusing the row with a plain RAISE EXCEPTION.
+                v_code := 'invalid_row';
+                v_message := sqlerrm;
+            when integrity_constraint_violation then
+                v_code := 'constraint_violation';
+                v_message := sqlerrm;
+            when insufficient_privilege then
+                v_code := 'forbidden';
+                v_message := sqlerrm;
+        end;
+        if v_wrote and not (v_m ->> 'table') = any (v_cued) then
+            v_cued := v_cued || (v_m ->> 'table');
+        end if;
+
+        v_results := v_results || case
+            when v_code is null then pg_catalog.jsonb_build_object('id', v_id, 'status', 'applied')
+            when v_code = 'duplicate' then pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate')
+            else pg_catalog.jsonb_build_object('id', v_id, 'status', 'rejected', 'code', v_code, 'message', v_message)
+        end;
+    end loop;
+
+    perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
+    if v_skip_cues is distinct from 'on' then
+        perform pg_catalog.pg_notify('ferry_cue', v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+            from pg_catalog.unnest(v_cued) t;
+    end if;
+    perform ferry.advance_device(v_last);
+    return pg_catalog.jsonb_build_object('last_mutation_id', v_last, 'results', pg_catalog.to_jsonb(v_results));
+end
+$$;
+
+comment on function ferry.push_mutations(jsonb, jsonb) is
+    'The push loop, run as ferry_client: exactly-once by the device''s last_mutation_id; unstorable maps a mutation''s position to the {"code", "message"} it is rejected with. {"last_mutation_id", "results"}';
+
+-- MARK: - The body as the gateway receives it
+
+create function ferry.push_body(p_body text, p_max_mutations integer) returns jsonb
+language plpgsql
+as $$
+declare
+    v_body jsonb;
+    v_clean json;
+    v_list json;
+    v_element json;
+    v_position integer;
+    v_items jsonb[] := '{}';
+    v_unstorable jsonb;
+    v_field text;
+    v_value json;
+    v_column text;
+    v_code text;
+    v_message text;
+begin
+    begin
+        v_body := p_body::jsonb;
+    exception when data_exception or program_limit_exceeded then
+        -- Some value has no jsonb form. Every "\\" (an escaped backslash) is written
+        -- "\u005c", the same string, and every "\u0000" then becomes "\\u0000": so the
+        -- text holds a backslash pair exactly where it held a \u0000, and it reads as json,
+        -- whose functions convert escapes but not numbers.
+        v_clean := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '\\u0000')::json;
+        v_list := case when pg_catalog.json_typeof(v_clean) = 'object' then v_clean -> 'mutations' end;
+        if v_list is null or pg_catalog.json_typeof(v_list) <> 'array' then
+            raise exception 'push: mutations must be an array' using errcode = '22023';
+        end if;
+        if pg_catalog.json_array_length(v_list) > p_max_mutations then
+            return null;
+        end if;
+        v_unstorable := '{}';
+        for v_element, v_position in select e, o - 1 from pg_catalog.json_array_elements(v_list) with ordinality m(e, o) loop
+            v_code := null;
+            v_field := null;
+            v_column := null;
+            if pg_catalog.json_typeof(v_element) <> 'object' then
+                -- ferry.push_mutations refuses the batch for it.
+                v_items := v_items || pg_catalog.to_jsonb(pg_catalog.json_typeof(v_element));
+                continue;
+            end if;
+            if pg_catalog.strpos(v_element::text, '\\') > 0 then
+                select f.key, f.value into v_field, v_value from pg_catalog.json_each(v_element) f
+                    where pg_catalog.strpos(f.value::text, '\\') > 0 or pg_catalog.strpos(pg_catalog.to_json(f.key)::text, '\\') > 0
+                    limit 1;
+                v_code := case when v_field = 'table' then 'unknown_table' else 'invalid_row' end;
+                if v_field in ('row', 'key') and pg_catalog.json_typeof(v_value) = 'object' then
+                    select pg_catalog.to_json(f.key)::text into v_column from pg_catalog.json_each(v_value) f
+                        where pg_catalog.strpos(f.value::text, '\\') > 0 or pg_catalog.strpos(pg_catalog.to_json(f.key)::text, '\\') > 0
+                        limit 1;
+                end if;
+                v_message := case when v_field = 'table' then 'the table name holds \u0000, which no table name can'
+                    else pg_catalog.format('%s holds \u0000, which PostgreSQL cannot store',
+                        coalesce('column ' || v_column, 'field ' || pg_catalog.to_json(v_field)::text)) end;
+            else
+                begin
+                    v_items := v_items || v_element::jsonb;
+                    continue;
+                exception when data_exception or program_limit_exceeded then
+                    v_message := sqlerrm;
+                end;
+                -- A number beyond numeric's range: name where it is.
+                <<find>>
+                for v_field, v_value in select f.key, f.value from pg_catalog.json_each(v_element) f loop
+                    begin
+                        perform v_value::jsonb;
+                    exception when data_exception or program_limit_exceeded then
+                        v_code := case when v_field = 'table' then 'unknown_table' else 'invalid_row' end;
+                        v_message := pg_catalog.format('field %s: %s', pg_catalog.to_json(v_field), sqlerrm);
+                        if v_field in ('row', 'key') and pg_catalog.json_typeof(v_value) = 'object' then
+                            for v_column, v_value in select f.key, f.value from pg_catalog.json_each(v_value) f loop
+                                begin
+                                    perform v_value::jsonb;
+                                exception when data_exception or program_limit_exceeded then
+                                    v_message := pg_catalog.format('column %s: %s', pg_catalog.to_json(v_column), sqlerrm);
+                                    exit find;
+                                end;
+                            end loop;
+                        end if;
+                        exit find;
+                    end;
+                end loop;
+                v_code := coalesce(v_code, 'invalid_row');
+            end if;
+            -- All push needs to answer it: its id (a bad one makes push refuse the batch).
+            v_items := v_items || pg_catalog.jsonb_build_object(
+                'id', case when pg_catalog.json_typeof(v_element -> 'id') = 'number' and (v_element ->> 'id') ~ '^[0-9]{1,18}$'
+                    then (v_element ->> 'id')::bigint end);
+            v_unstorable := v_unstorable || pg_catalog.jsonb_build_object(
+                v_position::text, pg_catalog.jsonb_build_object('code', v_code, 'message', v_message));
+        end loop;
+        v_body := pg_catalog.jsonb_build_object('mutations', pg_catalog.to_jsonb(v_items));
+    end;
+    if pg_catalog.jsonb_typeof(v_body -> 'mutations') = 'array'
+        and pg_catalog.jsonb_array_length(v_body -> 'mutations') > p_max_mutations
+    then
+        return null;
+    end if;
+    return ferry.push_mutations(v_body, v_unstorable);
+end
+$$;
+
+comment on function ferry.push_body(text, integer) is
+    'POST /v1/push as one statement, run as ferry_client: the body as text, null when it holds more than max_mutations mutations; a mutation with no jsonb form (\u0000, a number beyond numeric) is rejected on its own';
+
+-- MARK: - ferry.push for SQL callers
+
+create or replace function ferry.push(p_mutations jsonb) returns jsonb
+language plpgsql
+as $$
+begin
+    return ferry.push_mutations(p_mutations, null);
+end
+$$;
+
+comment on function ferry.push(jsonb) is
+    'A push batch given as jsonb (which holds no \u0000), for SQL callers: ferry.push_mutations with nothing unstorable. The gateway calls ferry.push_body.';
+
+-- MARK: - Grants
+
+revoke all on function
+    ferry.column_value_error(regclass, jsonb), ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer)
+from public;
+grant execute on function
+    ferry.column_value_error(regclass, jsonb), ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer)
+to ferry_client;
