@@ -248,12 +248,30 @@ public struct Migrator: Sendable {
         _ = try await client.query("select pg_advisory_lock($1::bigint)", [key])
         do {
             let applied = try await apply(migrations, client, verbose: verbose, progress: progress)
+            for warning in await Self.sharedKeyWarnings(client) { progress(warning) }
             _ = try await client.query("select pg_advisory_unlock($1::bigint)", [key])
             return applied
         } catch {
             // The lock goes with the session if the connection broke; otherwise release it.
             _ = try? await client.query("select pg_advisory_unlock($1::bigint)", [key])
             throw error
+        }
+    }
+
+    /// A `warning:` line for each table `ferry.tables_keyed_across_users()` lists
+    /// (`sql/ferry/0016_register_table_keys_within_owner.sql`): a per-user table whose
+    /// primary key every user shares. None when the function is missing (a SQL root
+    /// older than 0016).
+    static func sharedKeyWarnings(_ client: PostgresClient) async -> [String] {
+        guard
+            let tables = try? await client.query(
+                "select table_name::text, key_columns, owner_column from ferry.tables_keyed_across_users()")
+        else { return [] }
+        return tables.rows.map { row in
+            let (table, key, owner) = (row[0] ?? "", row[1] ?? "", row[2] ?? "")
+            return "warning: \(table) is keyed by (\(key)) without its owner column \(owner), so all users share "
+                + "its keys and one user's key refuses another's: key it by (\(owner), \(key)), or register it "
+                + #"with options => '{"global_key": true}' (docs/OPERATIONS.md, "Keys of per-user tables")"#
         }
     }
 

@@ -36,7 +36,9 @@ import Testing
             )
             #expect(
                 applied.map { $0[0] ?? "" } == [
-                    "puzzle/0001_placeholder.sql", "puzzle/0002_tables.sql", "tasks/0001_tables.sql",
+                    "puzzle/0001_placeholder.sql", "puzzle/0002_tables.sql",
+                    "puzzle/0003_game_records_keyed_within_owner.sql", "tasks/0001_tables.sql",
+                    "tasks/0002_tasks_keyed_within_owner.sql",
                 ])
             #expect(
                 try await database.value(

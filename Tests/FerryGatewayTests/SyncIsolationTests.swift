@@ -107,8 +107,8 @@ import Testing
             #expect(
                 answer.outcomes == [
                     "rejected:forbidden", "rejected:forbidden", "rejected:forbidden",
-                    // game_records is keyed by id alone: A's row, invisible to B, still holds the key.
-                    "rejected:constraint_violation",
+                    // game_records is keyed (user_id, id): B's g-a1 is B's own row, beside A's.
+                    "applied",
                     // B's delete of A's key reaches B's rows only: it finds nothing, which is applied.
                     "applied", "rejected:forbidden", "rejected:forbidden", "rejected:forbidden",
                     "rejected:unknown_table", "rejected:unknown_table", "rejected:unknown_table",
