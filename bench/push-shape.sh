@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Push's SQL before and after 0015 (final answers for what PostgreSQL cannot store), in
+# one run on one database: pgbench, as the gateway sends it, the identity statement and
+# the push statement in one pipeline, each client on its own device, batches of BATCH
+# upserts of the caller's existing rows in public.daily_challenges (bench/sync.sh's
+# push), runs interleaved so drift hits both alike.
+#
+#   before  0013's statement: the body cast to jsonb in the statement, the limit checked
+#           there, then 0013's ferry.push, loaded from sql/ferry/0013_push_upserts.sql as
+#           bench_shape.push_0013 (0015 replaced ferry.push's body).
+#   after   select ferry.push_body(body text, 1000): the cast in a subtransaction, then
+#           ferry.push_mutations.
+#
+# Prints tx/s and PostgreSQL CPU per push (µs) for each, medians of RUNS runs, and
+# after/before of the CPU per push with PASS when at most MAX_COST_RATIO (1.05).
+#
+# Usage: bench/push-shape.sh   (env: RUNS=5 DURATION=10 CLIENTS=8 THREADS=2 BATCH=50)
+# The embedded database (`make db`; the port follows FERRY_DEV_PG_PORT) is migrated with
+# sql/ferry and sql/examples/puzzle; the users it makes stay (`ferry db reset` clears).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.bash
+
+RUNS=${RUNS:-5}
+DURATION=${DURATION:-10}
+CLIENTS=${CLIENTS:-8}
+THREADS=${THREADS:-2}
+BATCH=${BATCH:-50}
+MAX_COST_RATIO=${MAX_COST_RATIO:-1.05}
+[ "$BATCH" -le 99 ] || { echo "BATCH must be at most 99 (two-digit id suffix)" >&2; exit 1; }
+
+swift build --product ferry >&2
+FERRY=$(swift build --show-bin-path)/ferry
+OWNER_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
+GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/SyncRoutes.swift ||
+    { echo "the push statement changed: update bench/push-shape.sh" >&2; exit 1; }
+# 0013's ferry.push under another name: its text, as applied, from the migration.
+before_function=$(awk '/^create or replace function ferry.push\(p_mutations jsonb\)/,/^\$\$;$/' \
+    sql/ferry/0013_push_upserts.sql |
+    sed 's/^create or replace function ferry.push(p_mutations jsonb)/create or replace function bench_shape.push_0013(p_mutations jsonb)/')
+[ -n "$before_function" ] || { echo "0013's ferry.push not found" >&2; exit 1; }
+
+# One user and device per client, each with BATCH rows to upsert.
+psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >&2 <<SQL
+create schema if not exists bench_shape;
+drop table if exists bench_shape.devices;
+create table bench_shape.devices (n integer primary key, uid text, did text);
+with made as (insert into ferry.users (id) select gen_random_uuid() from generate_series(1, $CLIENTS) returning id)
+insert into bench_shape.devices select row_number() over () - 1, id::text, gen_random_uuid()::text from made;
+insert into public.daily_challenges (user_id, day, seconds)
+    select uid::uuid, date '2020-01-01' + g, g from bench_shape.devices, generate_series(0, $BATCH - 1) g
+    on conflict do nothing;
+grant usage on schema bench_shape to ferry_client, ferry_gateway;
+grant select on bench_shape.devices to ferry_gateway;
+$before_function
+grant execute on function bench_shape.push_0013(jsonb) to ferry_client;
+SQL
+
+# The batch: BATCH upserts, mutation k of a batch has id <number><k as two digits>.
+template='{"mutations": ['
+for k in $(seq 1 "$BATCH"); do
+    [ "$k" -gt 1 ] && template+=', '
+    template+=$(printf '{"id": %%1$s%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
+        "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
+done
+template+=']}'
+
+identity="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', '', true);"
+script() {
+    cat <<SQL
+\\if :have = 0
+select uid, did, 1 as have from bench_shape.devices where n = :client_id
+\\gset
+\\endif
+\\set seq :seq + 1
+\\startpipeline
+$identity
+$1
+\\endpipeline
+SQL
+}
+script "select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
+        and pg_catalog.jsonb_array_length(body -> 'mutations') > 1000
+    then null else bench_shape.push_0013(body) end
+from (select pg_catalog.format(:template, :seq::bigint)::jsonb as body) request;" >"$tmp/before.sql"
+script "select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);" >"$tmp/after.sql"
+
+postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
+ticks_per_second=$(getconf CLK_TCK)
+# "tx/s µs-of-PostgreSQL-CPU-per-push" for one run of script $1 with mutation numbers from $2.
+measure() {
+    local output count pg0 pg1
+    pg0=$(cluster_ticks "$postmaster")
+    output=$(pgbench -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -f "$1" -D have=0 -D seq="$2" \
+        -D "template=$template" "$GATEWAY_URL" 2>&1) || { echo "pgbench: $output" >&2; exit 1; }
+    if grep -q 'number of failed transactions: [1-9]' <<<"$output"; then
+        echo "pgbench: $output" >&2
+        exit 1
+    fi
+    count=$(awk '/^number of transactions actually processed:/ { print $NF }' <<<"$output")
+    sleep 1 # let the postmaster reap pgbench's backends, so their CPU time is counted
+    pg1=$(cluster_ticks "$postmaster")
+    echo "$(awk '/^tps = / { print $3 }' <<<"$output") $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc)"
+}
+
+# Both statements apply a batch whole (checked in a transaction rolled back).
+batch=${template//%1\$s/1}
+for statement in \
+    "select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array' then bench_shape.push_0013(body) end from (select \$b\$$batch\$b\$::jsonb as body) request" \
+    "select ferry.push_body(\$b\$$batch\$b\$, 1000)"; do
+    answer=$(psql -Atq -v ON_ERROR_STOP=1 "$GATEWAY_URL" <<SQL
+begin;
+select set_config('role', 'ferry_client', true), set_config('ferry.user_id', uid, true), set_config('ferry.device_id', did, true)
+    from bench_shape.devices where n = 0 \\g /dev/null
+$statement;
+rollback;
+SQL
+)
+    python3 -c '
+import json, sys
+results = json.loads(sys.argv[1])["results"]
+assert len(results) == int(sys.argv[2]) and all(r["status"] == "applied" for r in results), results' "$answer" "$BATCH" ||
+        { echo "a push statement did not apply the batch whole: $answer" >&2; exit 1; }
+done
+
+before_runs=()
+after_runs=()
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for run in $(seq "$RUNS"); do
+    # Mutation numbers: runs and variants apart by far more than a run's transactions.
+    before_runs+=("$(measure "$tmp/before.sql" $(((2 * run) * 100000000)))")
+    after_runs+=("$(measure "$tmp/after.sql" $(((2 * run + 1) * 100000000)))")
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
+listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
+for name in before after; do
+    echo "runs $name: tx/s $(listed 1 ${name}_runs); PostgreSQL µs/push $(listed 2 ${name}_runs)" >&2
+done
+ratio=$(echo "$(column 2 after_runs) / $(column 2 before_runs)" | bc -l)
+printf '%-40s %10s %18s\n' "" "median tx/s" "PostgreSQL µs/push"
+printf '%-40s %10.0f %18.0f\n' "before: 0013's statement ($BATCH upserts)" "$(column 1 before_runs)" "$(column 2 before_runs)"
+printf '%-40s %10.0f %18.0f\n' "after: ferry.push_body ($BATCH upserts)" "$(column 1 after_runs)" "$(column 2 after_runs)"
+printf '%-40s %10.3f  %s (goal at most %s)\n' "CPU per push: after / before" "$ratio" \
+    "$([ "$(echo "$ratio <= $MAX_COST_RATIO" | bc -l)" -eq 1 ] && echo PASS || echo FAIL)" "$MAX_COST_RATIO"
