@@ -74,6 +74,20 @@ stop_gateways() {
 # The gateways' process ids, comma-separated.
 pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }
 
+# The push batch bench/sync.sh, cue-cost.sh and push-shape.sh send: $1 upserts of the
+# caller's rows in public.daily_challenges (days from 2020-01-01, so at most 99), with
+# '@' where a per-request number goes: mutation k of a batch has id <number><k as two
+# digits>, increasing per device as the number does.
+push_batch_template() {
+    local k template='{"mutations": ['
+    for k in $(seq 1 "$1"); do
+        [ "$k" -gt 1 ] && template+=', '
+        template+=$(printf '{"id": @%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
+            "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
+    done
+    echo "$template]}"
+}
+
 # Pushes the batch template $3 (mutation ids "@"; here 1) with token $2 to $1 and fails
 # unless all $4 mutations were applied: bench/sync.sh's and cue-cost.sh's push check.
 check_push_batch() {

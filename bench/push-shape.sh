@@ -61,14 +61,9 @@ $before_function
 grant execute on function bench_shape.push_0013(jsonb) to ferry_client;
 SQL
 
-# The batch: BATCH upserts, mutation k of a batch has id <number><k as two digits>.
-template='{"mutations": ['
-for k in $(seq 1 "$BATCH"); do
-    [ "$k" -gt 1 ] && template+=', '
-    template+=$(printf '{"id": %%1$s%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
-        "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
-done
-template+=']}'
+# The batch: BATCH upserts, with format()'s %1$s for the per-transaction number.
+template=$(push_batch_template "$BATCH")
+template=${template//@/%1\$s}
 
 identity="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', '', true);"
 script() {

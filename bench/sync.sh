@@ -180,15 +180,8 @@ with open(f"{tmp}/push.tsv", "w") as tsv:
         tsv.write(u["token"] + "\n")
 PY
 
-# A push batch: BATCH upserts of the caller's rows; '@' becomes a per-request number, so
-# mutation k of a batch has id <number><k as two digits>, increasing per device.
-template='{"mutations": ['
-for k in $(seq 1 "$BATCH"); do
-    [ "$k" -gt 1 ] && template+=', '
-    template+=$(printf '{"id": @%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
-        "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
-done
-template+=']}'
+# A push batch: BATCH upserts of the caller's rows, '@' for a per-request number.
+template=$(push_batch_template "$BATCH")
 echo "$template" > "$tmp/push_template.json"
 
 cat > "$tmp/pull.lua" <<'LUA'
