@@ -7,7 +7,10 @@ import Glibc
 /// requests, serializes responses into one output buffer that is flushed once per
 /// batch (pipelined answers leave in one write), and keeps one timer per connection
 /// that is re-armed only when the deadline moves earlier (the common case, a later
-/// deadline, costs nothing: the timer fires, finds it early, and re-arms once).
+/// deadline, costs nothing: the timer fires, finds it early, and re-arms once). It tells
+/// the machine how many bytes wait to be written (the output buffer and the socket's
+/// unsent bytes) after each write and when the socket drains, so a client that does not
+/// read its answers stops being read (``HTTPLimits/maxUnsentBytes``).
 /// Loop thread only; kept alive by its ``HTTPServerLoop`` until the socket closes.
 final class HTTPConnection: TCPConnectionDelegate {
     let tcp: TCPConnection
@@ -34,6 +37,10 @@ final class HTTPConnection: TCPConnectionDelegate {
         remoteAddress = tcp.remoteAddress
         machine = HTTPConnectionStateMachine(limits: home.limits, timeouts: home.timeouts, now: now)
         timer = Timer(loop: tcp.loop)
+        // The socket stops reading past the same bound on its own, which also holds once
+        // a stream has taken the connection over.
+        tcp.highWaterMark = home.limits.maxUnsentBytes
+        tcp.lowWaterMark = home.limits.maxUnsentBytes / 4
     }
 
     /// Starts reading and arms the head timeout.
@@ -59,7 +66,19 @@ final class HTTPConnection: TCPConnectionDelegate {
         drive()
     }
 
-    func connectionDidDrain(_ connection: TCPConnection) {}
+    func connectionDidDrain(_ connection: TCPConnection) {
+        reportQueue()
+    }
+
+    func connectionDidFlush(_ connection: TCPConnection) {
+        reportQueue()
+    }
+
+    private func reportQueue() {
+        now = MonotonicClock.now()
+        machine.queuedForWriting(output.count + tcp.unsentBytes, now: now)
+        drive()
+    }
 
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {
         machine.closed()
@@ -115,6 +134,7 @@ final class HTTPConnection: TCPConnectionDelegate {
     private func timerFired() {
         timerDeadline = nil
         now = MonotonicClock.now()
+        machine.queuedForWriting(output.count + tcp.unsentBytes, now: now)
         if case .close = machine.timerFired(now: now) {
             output.removeAll()
             tcp.close()
@@ -136,6 +156,7 @@ final class HTTPConnection: TCPConnectionDelegate {
                 dispatch(request, sequence: sequence)
             case .write(let response, let context):
                 write(response, context: context)
+                machine.queuedForWriting(output.count + tcp.unsentBytes, now: now)
             case .writeContinue:
                 output.append(contentsOf: HTTPResponseEncoder.continueHead)
             case .pauseReading:
@@ -144,12 +165,18 @@ final class HTTPConnection: TCPConnectionDelegate {
                 tcp.startReading()
             case .closeAfterWrites:
                 flush()
+                machine.queuedForWriting(tcp.unsentBytes, now: now)
                 tcp.closeAfterWrites()
             case .close:
                 output.removeAll()
                 tcp.close()
             case .wait:
-                flush()
+                if !output.isEmpty {
+                    // What the kernel took may let the machine read on.
+                    flush()
+                    machine.queuedForWriting(tcp.unsentBytes, now: now)
+                    continue
+                }
                 armTimer()
                 return
             }

@@ -1,7 +1,8 @@
 /// The life of one HTTP/1.1 connection as a plain value: no sockets, no clock of its own.
 ///
 /// The owner feeds it events (``read(_:now:)``, ``respond(sequence:response:route:now:)``,
-/// ``inputEnded(now:)``, ``timerFired(now:)``, ``shutdown(now:)``) and then calls
+/// ``queuedForWriting(_:now:)``, ``inputEnded(now:)``, ``timerFired(now:)``,
+/// ``shutdown(now:)``) and then calls
 /// ``nextAction()`` until it says ``Action/wait``, performing each action. Times are
 /// monotonic nanoseconds supplied by the owner, so tests drive the clock.
 ///
@@ -11,11 +12,22 @@
 /// ``HTTPLimits/maxPipelinedRequests`` requests are held; beyond that the machine
 /// stops decoding, keeps the undecoded bytes and asks the owner to pause reading.
 ///
+/// Backpressure: the owner reports the bytes it holds for writing (its output buffer and
+/// the socket's unsent bytes) after each write and whenever they drain. While they exceed
+/// ``HTTPLimits/maxUnsentBytes`` the machine reads and decodes nothing (the answers of
+/// requests already dispatched are still written), until they fall to a quarter of the
+/// bound. Counting requests is not enough: one 64 KiB read holds thousands of small
+/// pipelined requests, whose answers would pile up when the client does not read them.
+///
 /// Timeouts (one deadline at a time, see ``deadline``): from connection open, and from
 /// the first byte of each later request, the head must complete within the head
 /// timeout; a body must make progress within the idle timeout; a connection with
-/// nothing in flight is closed after the idle timeout. Expiry closes the socket
-/// without a response: a client this slow is usually not reading either.
+/// nothing in flight is closed after the idle timeout; so is a connection over the write
+/// bound whose client takes none of its bytes for the idle timeout, whatever is in
+/// flight, and one that closes after its last answer while its client takes none of
+/// what is left of it (a close after writes waits for the client to read them). Expiry
+/// closes the socket without a response: a client this slow is usually not reading
+/// either.
 struct HTTPConnectionStateMachine {
     /// What the owner must do next.
     enum Action {
@@ -66,6 +78,9 @@ struct HTTPConnectionStateMachine {
         case draining
         /// The last response was handed out; the close action comes next.
         case closing
+        /// Close-after-writes was handed out: what is left is to close the socket if its
+        /// client stops taking the last answers.
+        case finishing
         /// A close action was handed out (or the socket closed). Everything is ignored.
         case closed
         /// A handler took the socket over; HTTP is done with it.
@@ -85,6 +100,13 @@ struct HTTPConnectionStateMachine {
 
     private var decoder: HTTPRequestDecoder
     private let maxPipelined: Int
+    private let maxUnsent: Int
+    /// The owner's bytes waiting to be written, as last reported.
+    private var queuedBytes = 0
+    /// Over the write bound: read and decode nothing until the queue drains.
+    private var isBackedUp = false
+    /// When the queue went over the bound, or last shrank since (the client took bytes).
+    private var writeProgressAt: UInt64 = 0
     private let timeouts: Timeouts
     private var lifecycle = Lifecycle.open
     /// Requests in order; `slots[0]` has sequence `firstSequence`. Never more than `maxPipelined + 1` long.
@@ -112,6 +134,7 @@ struct HTTPConnectionStateMachine {
     init(limits: HTTPLimits, timeouts: Timeouts, now: UInt64) {
         decoder = HTTPRequestDecoder(limits: limits)
         maxPipelined = limits.maxPipelinedRequests
+        maxUnsent = limits.maxUnsentBytes
         self.timeouts = timeouts
         self.now = now
         idleSince = now
@@ -126,7 +149,7 @@ struct HTTPConnectionStateMachine {
         self.now = now
         switch lifecycle {
         case .open:
-            if !stash.isEmpty || slots.count >= maxPipelined {
+            if !stash.isEmpty || slots.count >= maxPipelined || isBackedUp {
                 stash.append(contentsOf: bytes)
                 return
             }
@@ -137,7 +160,7 @@ struct HTTPConnectionStateMachine {
         case .draining where upgradePending:
             // Bytes after an upgrade request belong to the next protocol: keep them for the taker.
             stash.append(contentsOf: bytes)
-        case .draining, .closing, .closed, .upgraded:
+        case .draining, .closing, .finishing, .closed, .upgraded:
             // No more requests will be answered; whatever the client sends is dropped.
             return
         }
@@ -154,6 +177,26 @@ struct HTTPConnectionStateMachine {
         precondition(slots[index].response == nil, "respond called twice for one request")
         slots[index].response = response
         slots[index].route = route
+    }
+
+    /// The owner now holds `bytes` for writing: its unflushed output and the socket's
+    /// unsent bytes. Report after every write, after a flush, when the socket drains, and
+    /// before ``timerFired(now:)`` (which learns from it whether the client took any).
+    mutating func queuedForWriting(_ bytes: Int, now: UInt64) {
+        self.now = now
+        guard lifecycle != .closed && lifecycle != .upgraded else { return }
+        if bytes < queuedBytes { writeProgressAt = now }
+        queuedBytes = bytes
+        if !isBackedUp && bytes > maxUnsent {
+            isBackedUp = true
+            writeProgressAt = now
+        } else if isBackedUp && bytes <= maxUnsent / 4 {
+            isBackedUp = false
+            // The wait was ours, not the client's: the head, body and idle clocks restart.
+            idleSince = now
+            bodyProgressAt = now
+            if headStartedAt != nil { headStartedAt = now }
+        }
     }
 
     /// The peer sent its last byte. Requests already received are still answered.
@@ -214,11 +257,10 @@ struct HTTPConnectionStateMachine {
     mutating func nextAction() -> Action {
         while true {
             switch lifecycle {
-            case .closed, .upgraded:
+            case .finishing, .closed, .upgraded:
                 return .wait
             case .closing:
-                lifecycle = .closed
-                return .closeAfterWrites
+                return finish()
             case .open, .draining:
                 break
             }
@@ -228,7 +270,7 @@ struct HTTPConnectionStateMachine {
             if let response = slots.first?.response {
                 return .write(response, popHeadOfLine())
             }
-            if lifecycle == .open && !stash.isEmpty && slots.count < maxPipelined {
+            if lifecycle == .open && !isBackedUp && !stash.isEmpty && slots.count < maxPipelined {
                 decodeStash()
                 continue
             }
@@ -237,15 +279,15 @@ struct HTTPConnectionStateMachine {
                 lifecycle = .draining
             }
             if lifecycle == .draining && slots.isEmpty {
-                lifecycle = .closed
-                return .closeAfterWrites
+                return finish()
             }
-            let wantsReading = lifecycle == .open && !inputHasEnded && slots.count < maxPipelined && stash.isEmpty
+            let wantsReading =
+                lifecycle == .open && !inputHasEnded && !isBackedUp && slots.count < maxPipelined && stash.isEmpty
             if wantsReading != isReading {
                 isReading = wantsReading
                 return wantsReading ? .resumeReading : .pauseReading
             }
-            if lifecycle == .open && slots.isEmpty && !continueSent && decoder.awaitsContinue {
+            if lifecycle == .open && !isBackedUp && slots.isEmpty && !continueSent && decoder.awaitsContinue {
                 continueSent = true
                 return .writeContinue
             }
@@ -253,9 +295,24 @@ struct HTTPConnectionStateMachine {
         }
     }
 
+    private mutating func finish() -> Action {
+        lifecycle = .finishing
+        // The last answers' clock starts now, unless the client was already taking nothing.
+        if !isBackedUp { writeProgressAt = now }
+        return .closeAfterWrites
+    }
+
     /// When the connection should be closed for want of progress, in the owner's clock;
-    /// nil while requests are in flight (the handlers own that time) or after closing.
+    /// nil while requests are in flight (the handlers own that time) or after closing,
+    /// unless bytes wait for the client: over the write bound, or after the last answer,
+    /// the client must take some of them within the idle timeout.
     var deadline: UInt64? {
+        switch lifecycle {
+        case .closed, .upgraded: return nil
+        case .finishing: return queuedBytes > 0 ? writeProgressAt + timeouts.idle : nil
+        case .open, .draining, .closing: break
+        }
+        if isBackedUp { return writeProgressAt + timeouts.idle }
         guard lifecycle == .open, slots.isEmpty else { return nil }
         switch decoder.progress {
         case .head: return (headStartedAt ?? now) + timeouts.head

@@ -14,6 +14,10 @@ private let second: UInt64 = 1_000_000_000
 private struct Harness {
     var machine: HTTPConnectionStateMachine
     var now: UInt64 = 0
+    /// Bytes the owner holds for writing, as a real one reports them.
+    var queued = 0
+    /// What each written answer adds to ``queued``.
+    var answerBytes = 0
 
     init(limits: HTTPLimits = HTTPLimits(), head: UInt64 = 10 * second, idle: UInt64 = 60 * second) {
         machine = HTTPConnectionStateMachine(limits: limits, timeouts: .init(head: head, idle: idle), now: 0)
@@ -28,6 +32,8 @@ private struct Harness {
             case .write(let response, let context):
                 steps.append(
                     .write(status: response.status.code, sequence: context.sequence, closes: context.closesConnection))
+                queued += answerBytes
+                machine.queuedForWriting(queued, now: now)
             case .writeContinue: steps.append(.writeContinue)
             case .pauseReading: steps.append(.pauseReading)
             case .resumeReading: steps.append(.resumeReading)
@@ -42,6 +48,13 @@ private struct Harness {
 
     mutating func read(_ text: String) -> [Step] {
         Array(text.utf8).withUnsafeBytes { machine.read($0, now: now) }
+        return drain()
+    }
+
+    /// The client took bytes: `left` are still waiting.
+    mutating func drained(to left: Int) -> [Step] {
+        queued = left
+        machine.queuedForWriting(left, now: now)
         return drain()
     }
 
@@ -156,6 +169,102 @@ private func get(_ path: String, close: Bool = false) -> String {
         harness.machine.respond(sequence: 0, response: HTTPResponse(status: .ok), route: nil, now: 0)
         if case .write(_, let written) = harness.machine.nextAction() { context = written }
         #expect(context?.isHTTP10 == true && context?.closesConnection == false)
+    }
+
+    // MARK: - Answers the client does not read
+
+    @Test func pastTheWriteBoundNothingIsReadOrDecodedUntilTheQueueDrainsToAQuarter() {
+        var harness = Harness(limits: HTTPLimits(maxUnsentBytes: 1000))
+        harness.answerBytes = 600
+        #expect(
+            harness.read(get("/a") + get("/b")) == [
+                .dispatch(path: "/a", sequence: 0), .dispatch(path: "/b", sequence: 1),
+            ])
+        #expect(harness.respond(0) == [.write(status: 200, sequence: 0, closes: false)])
+        #expect(harness.respond(1) == [.write(status: 200, sequence: 1, closes: false), .pauseReading])
+        // A read already under way is kept, not decoded.
+        #expect(harness.read(get("/c")).isEmpty)
+        #expect(harness.drained(to: 251).isEmpty)
+        #expect(harness.drained(to: 250) == [.dispatch(path: "/c", sequence: 2), .resumeReading])
+    }
+
+    /// The bug this bound fixes: one read held thousands of small pipelined requests, and
+    /// every one was answered into memory although the client read nothing.
+    @Test func pipelinedRequestsAlreadyReadAreNotAnsweredPastTheBound() {
+        var harness = Harness(limits: HTTPLimits(maxPipelinedRequests: 2, maxUnsentBytes: 1000))
+        harness.answerBytes = 400
+        let pipelined = (0..<6).map { get("/\($0)") }.joined()
+        #expect(
+            harness.read(pipelined) == [
+                .dispatch(path: "/0", sequence: 0), .dispatch(path: "/1", sequence: 1), .pauseReading,
+            ])
+        #expect(
+            harness.respond(0) == [.write(status: 200, sequence: 0, closes: false), .dispatch(path: "/2", sequence: 2)])
+        #expect(
+            harness.respond(1) == [.write(status: 200, sequence: 1, closes: false), .dispatch(path: "/3", sequence: 3)])
+        // 1,200 bytes queued: /4 and /5 wait in the stash although the pipeline has room.
+        #expect(harness.respond(2) == [.write(status: 200, sequence: 2, closes: false)])
+        #expect(harness.respond(3) == [.write(status: 200, sequence: 3, closes: false)])
+        #expect(harness.machine.requestsInFlight == 0)
+        // The pipeline is full again: reading resumes as those two are answered.
+        #expect(harness.drained(to: 0) == [.dispatch(path: "/4", sequence: 4), .dispatch(path: "/5", sequence: 5)])
+    }
+
+    @Test func aClientThatTakesNothingPastTheBoundIsClosedAfterTheIdleTimeout() {
+        var harness = Harness(limits: HTTPLimits(maxUnsentBytes: 1000), head: 5 * second, idle: 20 * second)
+        harness.answerBytes = 2000
+        _ = harness.read(get("/a") + get("/b"))
+        harness.now = 1 * second
+        _ = harness.respond(0)
+        // /b is still in flight: before the bound, that meant no deadline at all.
+        #expect(harness.machine.deadline == 21 * second)
+        harness.now = 10 * second
+        _ = harness.drained(to: 1900)
+        #expect(harness.machine.deadline == 30 * second, "the client took bytes: the clock restarts")
+        #expect(harness.machine.timerFired(now: 29 * second) == .wait)
+        #expect(harness.machine.timerFired(now: 30 * second) == .close)
+        #expect(harness.respond(1).isEmpty)
+    }
+
+    @Test func aLastAnswerTheClientNeverTakesIsClosedAfterTheIdleTimeout() {
+        var harness = Harness(limits: HTTPLimits(maxUnsentBytes: 1000), idle: 20 * second)
+        harness.answerBytes = 500
+        _ = harness.read(get("/a", close: true))
+        harness.now = 5 * second
+        #expect(harness.respond(0) == [.write(status: 200, sequence: 0, closes: true), .closeAfterWrites])
+        // A close after writes waits for the client to read what is left; this one never does.
+        #expect(harness.machine.deadline == 25 * second)
+        #expect(harness.machine.timerFired(now: 25 * second) == .close)
+    }
+
+    @Test func aLastAnswerTheClientTookLeavesTheCloseToTheSocket() {
+        var harness = Harness(limits: HTTPLimits(maxUnsentBytes: 1000), idle: 20 * second)
+        harness.answerBytes = 500
+        _ = harness.read(get("/a", close: true))
+        _ = harness.respond(0)
+        #expect(harness.drained(to: 0).isEmpty)
+        #expect(harness.machine.deadline == nil)
+    }
+
+    @Test func aMalformedRequestWaitingBehindTheBoundIsAnsweredOnceTheQueueDrains() {
+        var harness = Harness(limits: HTTPLimits(maxUnsentBytes: 1000))
+        harness.answerBytes = 2000
+        _ = harness.read(get("/a"))
+        #expect(harness.respond(0) == [.write(status: 200, sequence: 0, closes: false), .pauseReading])
+        #expect(harness.read("BROKEN\r\n\r\n").isEmpty)
+        #expect(
+            harness.drained(to: 0) == [.write(status: 400, sequence: 1, closes: true), .closeAfterWrites])
+    }
+
+    @Test func theHeadClockRestartsWhenTheQueueDrains() {
+        var harness = Harness(limits: HTTPLimits(maxUnsentBytes: 1000), head: 10 * second, idle: 60 * second)
+        harness.answerBytes = 2000
+        _ = harness.read(get("/a") + "GET /b HT")
+        _ = harness.respond(0)
+        harness.now = 30 * second
+        // The head of /b waited for our queue, not for its client.
+        #expect(harness.drained(to: 0) == [.resumeReading])
+        #expect(harness.machine.deadline == 40 * second)
     }
 
     // MARK: - Timeouts

@@ -12,8 +12,12 @@ private final class Recorder: HTTPObserver, @unchecked Sendable {
     private var _records: [HTTPResponseRecord] = []
     private var _opened = 0
     private var _closed = 0
+    private var _mostUnsentTakenOver = 0
 
     var records: [HTTPResponseRecord] { lock.withLock { _records } }
+    /// The most bytes a taken-over connection ever had unsent (see ``Echo``).
+    var mostUnsentTakenOver: Int { lock.withLock { _mostUnsentTakenOver } }
+    func noteUnsentTakenOver(_ bytes: Int) { lock.withLock { _mostUnsentTakenOver = max(_mostUnsentTakenOver, bytes) } }
     var opened: Int { lock.withLock { _opened } }
     var closed: Int { lock.withLock { _closed } }
 
@@ -22,9 +26,15 @@ private final class Recorder: HTTPObserver, @unchecked Sendable {
     func connectionClosed(remoteAddress: String?) { lock.withLock { _closed += 1 } }
 }
 
-/// Echoes what it reads: the protocol a taken-over connection speaks in tests.
+/// Echoes what it reads: the protocol a taken-over connection speaks in tests. Reports
+/// its unsent bytes after each write.
 private final class Echo: TCPConnectionDelegate {
-    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) { connection.write(bytes) }
+    let recorder: Recorder
+    init(recorder: Recorder) { self.recorder = recorder }
+    func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {
+        connection.write(bytes)
+        recorder.noteUnsentTakenOver(connection.unsentBytes)
+    }
     func connectionDidReachEnd(_ connection: TCPConnection) { connection.closeAfterWrites() }
     func connectionDidDrain(_ connection: TCPConnection) {}
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
@@ -62,11 +72,15 @@ private final class TestServer {
                 responder.takeOver { tcp, buffered in
                     tcp.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
                     tcp.write(buffered)
-                    tcp.delegate = Echo()
+                    tcp.delegate = Echo(recorder: recorder)
                     tcp.startReading()
                 }
             }
             router.get("/peer") { request, responder in responder.respond(.text(request.remoteAddress ?? "none")) }
+            router.get("/bytes/:count") { request, responder in
+                let count = min(Int(request.pathParameters["count"] ?? "0") ?? 0, 1 << 20)
+                responder.respond(HTTPResponse(status: .ok, body: [UInt8](repeating: UInt8(ascii: "b"), count: count)))
+            }
             return router
         }
         server = HTTPServer(configuration: configuration, group: group, observer: { _ in recorder }, router: routes)
@@ -120,6 +134,54 @@ private final class TestServer {
         let client = try server.client()
         try client.send(String(repeating: "GET /later/1 HTTP/1.1\r\nHost: t\r\n\r\n", count: 50))
         for _ in 0..<50 { #expect(try client.readResponse().text == "later 1") }
+    }
+
+    /// A client that pipelines requests and reads none of the answers: past the write
+    /// bound the server stops reading it (its sends stop being taken), holds no more than
+    /// the bound and the answers already being made, serves other connections as usual,
+    /// and closes it once it has taken nothing for the idle timeout.
+    @Test func aClientThatReadsNoAnswersStopsBeingReadThenIsClosedWhileOthersAreServed() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, idleTimeout: .seconds(2))
+        configuration.limits.maxUnsentBytes = 64 << 10
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let flooder = try HTTPTestClient(port: server.port, receiveBufferBytes: 4096)
+        // Requests of 38 bytes, each answered with 16 KiB. The first 64 KiB go in one write,
+        // so that the server's first read holds 1,700 of them: 28 MB of answers.
+        let request = "GET /bytes/16384 HTTP/1.1\r\nHost: t\r\n\r\n"
+        let requests = Array(String(repeating: request, count: 100).utf8)
+        try flooder.send(String(repeating: request, count: (64 << 10) / request.utf8.count))
+        var accepted = 0
+        var refusedInARow = 0
+        var closed = false
+        // Until the kernel has taken nothing for half a second (20 ms apart), the server
+        // closed the connection, 64 MB went, or 2,000 tries.
+        for _ in 0..<2000 where refusedInARow < 25 && !closed && accepted < 64 << 20 {
+            guard let taken = try? flooder.sendWithoutWaiting(requests) else {
+                closed = true
+                break
+            }
+            accepted += taken
+            refusedInARow = taken == 0 ? refusedInARow + 1 : 0
+            if taken == 0 { Thread.sleep(forTimeInterval: 0.02) }
+        }
+        #expect(accepted < 16 << 20, "the server went on reading: \(accepted) bytes of requests taken")
+        let answered = server.recorder.records.reduce(0) { $0 + $1.responseBytes }
+        // The bound (64 KiB), 16 answers in flight (256 KiB) and what the server's socket
+        // buffer took (Linux: 4 MiB at most); without the bound, every request of the first
+        // read is answered.
+        #expect(answered < 8 << 20, "\(answered) bytes answered to a client that read none")
+
+        let other = try server.client()
+        #expect(try other.request("GET", "/healthz").text == "ok")
+
+        // The flooder takes nothing: the server closes it (a reset, since its requests are
+        // unread) once the idle timeout passes; 15 s at most here.
+        for _ in 0..<300 where !closed {
+            closed = (try? flooder.sendWithoutWaiting(requests)) == nil
+            if !closed { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        #expect(closed, "the server still holds a connection whose client took nothing")
     }
 
     @Test func aHandlerMayAnswerLaterFromATimer() throws {
@@ -316,6 +378,29 @@ private final class TestServer {
         #expect(try client.readBytes(6) == Array("second".utf8))
         // The HTTP side let go of it: the observer saw it leave.
         #expect(server.recorder.closed == 1)
+    }
+
+    /// A stream answers what its client sends (a WebSocket ping with a pong): past the
+    /// same bound as HTTP, the connection stops reading it.
+    @Test func aTakenOverConnectionStopsReadingPastTheSameBound() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.limits.maxUnsentBytes = 64 << 10
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let client = try HTTPTestClient(port: server.port, receiveBufferBytes: 4096)
+        try client.send("GET /v1/stream HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+        #expect(try client.readResponse().status == 101)
+        let chunk = [UInt8](repeating: UInt8(ascii: "e"), count: 16 << 10)
+        var refusedInARow = 0
+        for _ in 0..<4000 where refusedInARow < 25 {
+            let taken = try client.sendWithoutWaiting(chunk)
+            refusedInARow = taken == 0 ? refusedInARow + 1 : 0
+            if taken == 0 { Thread.sleep(forTimeInterval: 0.02) }
+        }
+        #expect(refusedInARow == 25, "the server went on reading")
+        // The bound and one read (64 KiB) past it.
+        #expect(server.recorder.mostUnsentTakenOver <= 128 << 10)
+        #expect(server.recorder.mostUnsentTakenOver > 0, "the echo never had to queue")
     }
 
     @Test func takeOverIsRefusedWhileAnotherRequestIsInFlight() throws {

@@ -109,6 +109,18 @@ public final class HTTPTestClient {
         }
     }
 
+    /// Sends what the kernel takes of `bytes` at once, without waiting; returns how many
+    /// it took, 0 when its buffers are full (the server stopped reading). Throws once the
+    /// connection is gone (reset or closed by the server).
+    public func sendWithoutWaiting(_ bytes: [UInt8]) throws -> Int {
+        let count = bytes.withUnsafeBytes {
+            Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+        }
+        if count >= 0 { return count }
+        if errno == EAGAIN || errno == EWOULDBLOCK { return 0 }
+        throw HTTPTestClientError(description: "send: errno \(errno)")
+    }
+
     /// Sends a request with `Host` and (for a body) `Content-Length`, and reads its response.
     public func request(
         _ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = []
