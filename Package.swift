@@ -42,7 +42,7 @@ let package = Package(
         .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop"]),
         .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
-        .testTarget(name: "FerryGatewayTests", dependencies: ["FerryGateway", "FerryTestSupport"]),
+        .testTarget(name: "FerryGatewayTests", dependencies: ["FerryGateway", "FerryTestSupport", "FerryLoad"]),
         .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
     ]
 )

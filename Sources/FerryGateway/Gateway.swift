@@ -73,6 +73,7 @@ public final class Gateway: Sendable {
             loop: listenerLoop)
         var limits = HTTPLimits()
         limits.maxBodyBytes = configuration.maxBodyBytes
+        limits.maxUnsentBytes = configuration.maxUnsentBytes
         let http = HTTPServerConfiguration(
             host: configuration.host, port: configuration.port, limits: limits,
             headTimeout: .seconds(configuration.headerTimeoutSeconds),

@@ -35,6 +35,9 @@ public struct GatewayConfiguration: Sendable {
     public var headerTimeoutSeconds: Int
     /// Seconds an idle keep-alive connection stays open.
     public var idleTimeoutSeconds: Int
+    /// Bytes of answers one connection may have waiting for its client before the
+    /// gateway stops reading it (every connection, streams included).
+    public var maxUnsentBytes: Int
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     public var shutdownTimeoutSeconds: Int
     /// Seconds an access token is valid.
@@ -52,7 +55,7 @@ public struct GatewayConfiguration: Sendable {
     public var streamTokenWarningSeconds: Int
     /// Largest message a WebSocket client may send, bytes (larger: close 1009).
     public var streamMaxMessageBytes: Int
-    /// Unsent bytes over which a stream is closed `4008 too_slow`.
+    /// Unsent bytes over which a stream is closed `4008 too_slow`; at most ``maxUnsentBytes``.
     public var streamMaxUnsentBytes: Int
     /// Streams one user may hold open on this process (more: `429`).
     public var streamsPerUser: Int
@@ -98,6 +101,9 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "idle-timeout", env: "FERRY_IDLE_TIMEOUT", default: "75",
             help: "seconds an idle keep-alive connection stays open"),
+        Setting(
+            "max-unsent-bytes", env: "FERRY_MAX_UNSENT_BYTES", default: "262144",
+            help: "bytes of answers a connection may have waiting for its client; past it reading stops"),
         Setting(
             "shutdown-timeout", env: "FERRY_SHUTDOWN_TIMEOUT", default: "10",
             help: "seconds requests in flight get to finish on SIGTERM"),
@@ -167,7 +173,14 @@ public struct GatewayConfiguration: Sendable {
         streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!
+        maxUnsentBytes = try values.integer("max-unsent-bytes", in: 16384...(1 << 30))!
         streamMaxUnsentBytes = try values.integer("stream-max-unsent-bytes", in: 1024...(1 << 30))!
+        // A stream is a connection too: past the connection bound its cues must close it.
+        guard streamMaxUnsentBytes <= maxUnsentBytes else {
+            throw SettingsError(
+                "invalid \(values.name("stream-max-unsent-bytes")): \(streamMaxUnsentBytes) is over \(values.name("max-unsent-bytes")) (\(maxUnsentBytes)), the bound of every connection"
+            )
+        }
         streamsPerUser = try values.integer("streams-per-user", in: 1...100_000)!
         purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
         tombstoneRetentionSeconds = try values.duration("tombstone-retention")!

@@ -312,10 +312,9 @@ enum Measurements {
     /// The summed `VmRSS` of `pids`, in KiB.
     static func residentKiB(_ pids: [Int32]) throws -> Int {
         try pids.map { pid in
-            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
-            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-                let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])
-            else { throw LoadError("no VmRSS for process \(pid)") }
+            guard let kib = ProcessStatus.kibibytes("VmRSS", of: pid) else {
+                throw LoadError("no VmRSS for process \(pid)")
+            }
             return kib
         }.reduce(0, +)
     }

@@ -1,3 +1,4 @@
+import FerryLoad
 import FerryTestSupport
 import Foundation
 import Testing
@@ -60,6 +61,66 @@ struct MissingBinary: Error, CustomStringConvertible {
             let text = try String(contentsOfFile: log, encoding: .utf8)
             #expect(text.contains("serving") && text.contains("shutting down") && text.contains("stopped"), "\(text)")
         }
+    }
+
+    /// Fifty connections pipeline `GET /metrics` and read none of the answers (issue 10:
+    /// the gateway grew by ~300 MB in 8 s): each stops being read past the write bound, so
+    /// the process grows by less than 64 MB. Memory, not time: the flood lasts until no
+    /// connection has taken a byte for a second (20 s at most), and a slower machine only
+    /// makes the server answer less.
+    @Test func fiftyConnectionsThatReadNoAnswersGrowTheGatewayByLessThan64MB() async throws {
+        try await TestDatabase.with { database in
+            let port = try freePort()
+            let server = try startServe(database, port: port)
+            var probe: HTTPTestClient?
+            for _ in 0..<100 where probe == nil {
+                probe = try? HTTPTestClient(port: port)
+                if probe == nil { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            let first = try #require(probe, "ferry serve did not start listening within 5 s")
+            // Warm up what every answer uses (metrics, the log buffer), and let the memory
+            // of starting up go back (it does within a second): the baseline.
+            for _ in 0..<20 { #expect(try first.request("GET", "/metrics").status == 200) }
+            var before = try Self.residentKiB(server)
+            for _ in 0..<50 {
+                try await Task.sleep(for: .milliseconds(100))
+                let now = try Self.residentKiB(server)
+                if now >= before { break }
+                before = now
+            }
+
+            let request = "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"
+            var clients = try (0..<50).map { _ in try HTTPTestClient(port: port) }
+            // 64 KiB in one write first, so that one server read can hold 1,800 requests.
+            let block = String(repeating: request, count: (64 << 10) / request.utf8.count)
+            for client in clients { try client.send(block) }
+            let chunk = Array(String(repeating: request, count: 500).utf8)
+            var peak = before
+            var quietRounds = 0
+            let started = ContinuousClock.now
+            while quietRounds < 50 && !clients.isEmpty && ContinuousClock.now - started < .seconds(20) {
+                var taken = 0
+                // A connection the server closed is done flooding.
+                clients.removeAll { client in
+                    guard let count = try? client.sendWithoutWaiting(chunk) else { return true }
+                    taken += count
+                    return false
+                }
+                quietRounds = taken == 0 ? quietRounds + 1 : 0
+                peak = max(peak, try Self.residentKiB(server))
+                if taken == 0 { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let growth = peak - before
+            #expect(growth < 64_000_000 / 1024, "the gateway grew by \(growth / 1000) MB (\(before / 1000) MB before)")
+            // The flooders are not read, but everyone else is.
+            #expect(try HTTPTestClient(port: port).request("GET", "/healthz").status == 200)
+            #expect(server.isRunning)
+        }
+    }
+
+    /// The child's resident memory in KiB.
+    static func residentKiB(_ child: ChildProcess) throws -> Int {
+        try #require(ProcessStatus.kibibytes("VmRSS", of: child.pid), "no VmRSS for the ferry process")
     }
 
     @Test func requestInFlightAtSIGTERMCompletesAndTheProcessExits0() async throws {

@@ -49,6 +49,16 @@ import Testing
         #expect(throws: SettingsError.self) { try configuration(["--pool-size", "0"]) }
     }
 
+    @Test func aStreamMayNotQueueMoreThanAnyConnection() throws {
+        #expect(try configuration([]).maxUnsentBytes == 256 << 10)
+        let error = #expect(throws: SettingsError.self) {
+            try configuration(["--max-unsent-bytes", "65536", "--stream-max-unsent-bytes", "65537"])
+        }
+        #expect(error?.description.contains("--stream-max-unsent-bytes / FERRY_STREAM_MAX_UNSENT_BYTES") == true)
+        #expect(error?.description.contains("--max-unsent-bytes / FERRY_MAX_UNSENT_BYTES (65536)") == true)
+        #expect(try configuration(["--max-unsent-bytes", "65536"]).streamMaxUnsentBytes == 65536)
+    }
+
     @Test func unknownFlagIsAnError() {
         let error = #expect(throws: SettingsError.self) { try configuration(["--no-such-flag", "1"]) }
         #expect(error?.description == "unknown option --no-such-flag (see --help)")
