@@ -98,3 +98,19 @@ results = json.load(sys.stdin)["results"]
 assert len(results) == '"$4"' and all(r["status"] == "applied" for r in results), results' ||
         { echo "a push batch through the API was not applied whole" >&2; exit 1; }
 }
+
+# The release `ferry` of commit $1 (the "before" of a before/after benchmark): built once
+# from `git archive` under .build/baseline/<commit> (ignored by git, kept between runs).
+# Prints the binary's path.
+baseline_ferry() {
+    local commit dir
+    commit=$(git rev-parse --short=12 "$1^{commit}")
+    dir=.build/baseline/$commit
+    if [ ! -x "$dir/.build/release/ferry" ]; then
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        git archive "$commit" | tar -x -C "$dir"
+        (cd "$dir" && swift build -c release --product ferry) >&2
+    fi
+    echo "$PWD/$dir/.build/release/ferry"
+}
