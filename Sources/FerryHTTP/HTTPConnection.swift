@@ -159,6 +159,8 @@ final class HTTPConnection: TCPConnectionDelegate {
                 machine.queuedForWriting(output.count + tcp.unsentBytes, now: now)
             case .writeContinue:
                 output.append(contentsOf: HTTPResponseEncoder.continueHead)
+            case .acknowledgeReceived:
+                tcp.acknowledgeReceived()
             case .pauseReading:
                 tcp.pauseReading()
             case .resumeReading:

@@ -37,6 +37,11 @@ struct HTTPConnectionStateMachine {
         case write(HTTPResponse, ResponseContext)
         /// Send `HTTP/1.1 100 Continue` (the client waits for it before sending the body).
         case writeContinue
+        /// Have the kernel acknowledge the bytes read so far now, not after its delayed-ACK
+        /// timer: a head was read and its body is still to come. A client that writes the
+        /// head and the body in two segments with Nagle's algorithm on holds the body
+        /// until the head is acknowledged (~40 ms on Linux).
+        case acknowledgeReceived
         /// Stop reading the socket (pipeline full, or no more requests will be read).
         case pauseReading
         /// Start reading the socket again.
@@ -120,6 +125,8 @@ struct HTTPConnectionStateMachine {
     private var inputHasEnded = false
     private var upgradePending = false
     private var continueSent = false
+    /// The last read left a body incomplete: acknowledge it before waiting.
+    private var acknowledgePending = false
     /// Shutdown began while a request was arriving: it is the connection's last.
     private var shutdownRequested = false
     // Clock readings behind the deadline.
@@ -154,6 +161,8 @@ struct HTTPConnectionStateMachine {
                 return
             }
             let consumed = decodeRequests(from: bytes)
+            // Set at each such read: the kernel leaves quick-ack mode again on its own.
+            if decoder.progress == .body { acknowledgePending = true }
             if consumed < bytes.count && (lifecycle == .open || upgradePending) {
                 stash.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[consumed...]))
             }
@@ -289,7 +298,13 @@ struct HTTPConnectionStateMachine {
             }
             if lifecycle == .open && !isBackedUp && slots.isEmpty && !continueSent && decoder.awaitsContinue {
                 continueSent = true
+                // The 100 carries the acknowledgement.
+                acknowledgePending = false
                 return .writeContinue
+            }
+            if acknowledgePending && lifecycle == .open {
+                acknowledgePending = false
+                return .acknowledgeReceived
             }
             return .wait
         }

@@ -1,5 +1,9 @@
 import CLibUV
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// What a ``TCPConnection`` tells its owner. All calls arrive on the connection's loop.
 public protocol TCPConnectionDelegate: AnyObject {
     /// Bytes arrived. They are valid only during the call (the loop reuses the buffer).
@@ -83,6 +87,25 @@ public final class TCPConnection {
         var value = Int32(clamping: bytes)
         try LoopError.check(
             uv_send_buffer_size(asHandle(handle), &value), "send buffer size \(bytes)")
+    }
+
+    /// Has the kernel acknowledge what it has received now instead of delaying the ACK
+    /// (`TCP_QUICKACK`; Linux only, nothing elsewhere). Not sticky: the kernel goes back to
+    /// delaying ACKs by itself, so call it each time an acknowledgement is awaited, as by
+    /// a peer with Nagle's algorithm on that holds its next small segment until then.
+    public func acknowledgeReceived() {
+        #if os(Linux)
+            guard state == .open, let descriptor = fileDescriptor else { return }
+            var on: Int32 = 1
+            setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_QUICKACK, &on, socklen_t(MemoryLayout<Int32>.size))
+        #endif
+    }
+
+    /// The socket's descriptor, nil once it is gone (for tests that look at its options).
+    package var fileDescriptor: Int32? {
+        guard state != .closed else { return nil }
+        var descriptor: uv_os_fd_t = -1
+        return uv_fileno(asHandle(handle), &descriptor) == 0 ? descriptor : nil
     }
 
     // MARK: - Reading

@@ -6,7 +6,7 @@ import Testing
 private enum Step: Equatable {
     case dispatch(path: String, sequence: UInt64)
     case write(status: Int, sequence: UInt64, closes: Bool)
-    case writeContinue, pauseReading, resumeReading, closeAfterWrites, close
+    case writeContinue, acknowledge, pauseReading, resumeReading, closeAfterWrites, close
 }
 
 private let second: UInt64 = 1_000_000_000
@@ -35,6 +35,7 @@ private struct Harness {
                 queued += answerBytes
                 machine.queuedForWriting(queued, now: now)
             case .writeContinue: steps.append(.writeContinue)
+            case .acknowledgeReceived: steps.append(.acknowledge)
             case .pauseReading: steps.append(.pauseReading)
             case .resumeReading: steps.append(.resumeReading)
             case .closeAfterWrites: steps.append(.closeAfterWrites)
@@ -347,7 +348,7 @@ private func get(_ path: String, close: Bool = false) -> String {
 
     @Test func shutdownFinishesARequestStillArrivingAndReadsNothingAfterIt() {
         var harness = Harness()
-        #expect(harness.read("POST /a HTTP/1.1\r\nContent-Length: 10\r\n\r\nhello").isEmpty)
+        #expect(harness.read("POST /a HTTP/1.1\r\nContent-Length: 10\r\n\r\nhello") == [.acknowledge])
         harness.machine.shutdown(now: 0)
         #expect(harness.drain().isEmpty)
         #expect(harness.read("world" + get("/b")) == [.dispatch(path: "/a", sequence: 0), .pauseReading])
@@ -366,6 +367,26 @@ private func get(_ path: String, close: Bool = false) -> String {
         #expect(
             harness.read("POST /a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n") == [.writeContinue])
         #expect(harness.read("ok") == [.dispatch(path: "/a", sequence: 0)])
+    }
+
+    // MARK: - Acknowledgements
+
+    /// A client with Nagle's algorithm on (httpx) writes the head, then the body, which
+    /// waits for the head's ACK: the kernel would delay it ~40 ms.
+    @Test func aHeadWhoseBodyIsStillToComeIsAcknowledgedAtOnce() {
+        var harness = Harness()
+        #expect(harness.read("POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\n") == [.acknowledge])
+        #expect(harness.read("hel") == [.acknowledge], "each read: the kernel leaves quick-ack mode by itself")
+        #expect(harness.read("lo") == [.dispatch(path: "/a", sequence: 0)])
+    }
+
+    @Test func aRequestReadWholeNeedsNoAcknowledgement() {
+        var harness = Harness()
+        #expect(
+            harness.read("POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello") == [.dispatch(path: "/a", sequence: 0)])
+        _ = harness.respond(0)
+        // Nor does a head still arriving: the body is what waits for an ACK.
+        #expect(harness.read("GET /b HTTP/1.1\r\nHo").isEmpty)
     }
 
     @Test func anUpgradeRequestHandsOverTheBytesAfterIt() {
@@ -396,7 +417,8 @@ extension HTTPConnectionStateMachine.Action: Equatable {
     public static func == (lhs: Self, rhs: Self) -> Bool {
         switch (lhs, rhs) {
         case (.wait, .wait), (.close, .close), (.closeAfterWrites, .closeAfterWrites), (.pauseReading, .pauseReading),
-            (.resumeReading, .resumeReading), (.writeContinue, .writeContinue):
+            (.resumeReading, .resumeReading), (.writeContinue, .writeContinue),
+            (.acknowledgeReceived, .acknowledgeReceived):
             true
         default: false
         }

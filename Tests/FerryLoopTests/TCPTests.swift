@@ -66,6 +66,56 @@ private final class Collector: TCPConnectionDelegate {
         #expect(received == payload)
     }
 
+    #if os(Linux)
+        /// `TCP_QUICKACK` reads back 0 while the kernel delays ACKs (its "pingpong" mode).
+        @Test func acknowledgeReceivedLeavesDelayedAckMode() async throws {
+            let loop = EventLoop.spawn(name: "quickack")
+            defer { loop.stop() }
+            final class Sockets {
+                var listener: TCPListener?
+                var client: TCPConnection?
+            }
+            let sockets = LoopBound(unchecked: Sockets(), loop: loop)
+            @Sendable func quickAck(_ descriptor: Int32) -> Int32 {
+                var value: Int32 = -1
+                var length = socklen_t(MemoryLayout<Int32>.size)
+                getsockopt(descriptor, Int32(IPPROTO_TCP), TCP_QUICKACK, &value, &length)
+                return value
+            }
+            let (delaying, afterwards): (Int32, Int32) = try await withCheckedThrowingContinuation { continuation in
+                loop.execute {
+                    do {
+                        let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                            server in
+                            let descriptor = server.fileDescriptor!
+                            var off: Int32 = 0
+                            setsockopt(
+                                descriptor, Int32(IPPROTO_TCP), TCP_QUICKACK, &off, socklen_t(MemoryLayout<Int32>.size))
+                            let delaying = quickAck(descriptor)
+                            server.acknowledgeReceived()
+                            let afterwards = quickAck(descriptor)
+                            server.close()
+                            sockets.value.client?.close()
+                            sockets.value.listener?.close()
+                            continuation.resume(returning: (delaying, afterwards))
+                        }
+                        sockets.value.listener = listener
+                        TCPConnection.connect(on: loop, to: listener.address) { result in
+                            switch result {
+                            case .failure(let error): continuation.resume(throwing: error)
+                            case .success(let client): sockets.value.client = client
+                            }
+                        }
+                    } catch {
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
+            #expect(delaying == 0)
+            #expect(afterwards == 1)
+        }
+    #endif
+
     @Test func aFlushIsReportedOnceBytesThatHadToWaitAreWritten() async throws {
         let loop = EventLoop.spawn(name: "flush")
         defer { loop.stop() }
