@@ -114,3 +114,15 @@ baseline_ferry() {
     fi
     echo "$PWD/$dir/.build/release/ferry"
 }
+
+# The binaries a before/after benchmark runs, interleaved: the release `ferry` of commit
+# $BASELINE first when it is set (see baseline_ferry), then $1 (this checkout's). Sets the
+# arrays `binaries` and `names` (how the results name each).
+compared_binaries() {
+    binaries=("$1")
+    names=("this checkout ($(git rev-parse --short HEAD))")
+    if [ -n "${BASELINE:-}" ]; then
+        binaries=("$(baseline_ferry "$BASELINE")" "${binaries[@]}")
+        names=("$(git rev-parse --short "$BASELINE")" "${names[@]}")
+    fi
+}

@@ -11,8 +11,8 @@
 #
 # Usage: bench/split-push.sh   (env: PUSHES=200 RUNS=3 LOOPS=2 POOL_SIZE=2 MAX_RATIO=2
 #                               BASELINE=<commit>)
-# BASELINE: also run the release `ferry` of that commit (built once by lib.bash's
-# baseline_ferry), interleaved with this checkout's: before and after in the same run.
+# BASELINE: also run the release `ferry` of that commit, interleaved with this checkout's
+# (lib.bash's compared_binaries): before and after in the same run.
 # Ferry is the release `ferry serve` as ferry_gateway against the embedded database
 # (`make db`; the port follows FERRY_DEV_PG_PORT), migrated with sql/ferry and
 # sql/examples/puzzle. Each run signs up one anonymous user, who stays in the database.
@@ -25,16 +25,10 @@ RUNS=${RUNS:-3}
 LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-2}
 MAX_RATIO=${MAX_RATIO:-2}
-BASELINE=${BASELINE:-}
 
 swift build -c release --product ferry >&2
 CURRENT=$(swift build -c release --show-bin-path)/ferry
-binaries=("$CURRENT")
-names=("this checkout ($(git rev-parse --short HEAD))")
-if [ -n "$BASELINE" ]; then
-    binaries=("$(baseline_ferry "$BASELINE")" "${binaries[@]}")
-    names=("$(git rev-parse --short "$BASELINE")" "${names[@]}")
-fi
+compared_binaries "$CURRENT"
 OWNER_URL=$("$CURRENT" db url)
 "$CURRENT" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
 GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
@@ -127,7 +121,7 @@ for index in "${!binaries[@]}"; do
         "$o" "$(printf '%s\n' ${one90[$index]} | median)" "$ratio" "$verdict"
     echo "  runs: split ${split[$index]}; one write ${one[$index]}" >&2
 done
-if [ -n "$BASELINE" ]; then
+if [ -n "${BASELINE:-}" ]; then
     before=$(printf '%s\n' ${split[0]} | median)
     after=$(printf '%s\n' ${split[1]} | median)
     printf 'split push median, before / after: %.1f\n' "$(echo "$before / $after" | bc -l)"

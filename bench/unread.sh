@@ -7,8 +7,8 @@
 #
 # Usage: bench/unread.sh   (env: CONNECTIONS="50 150" SECONDS_EACH=8 RUNS=3 LOOPS=2 POOL_SIZE=2
 #                           MAX_GROWTH_MB=64 BASELINE=<commit>)
-# BASELINE: also run the release `ferry` of that commit (built once by lib.bash's
-# baseline_ferry), interleaved with this checkout's: before and after in the same run.
+# BASELINE: also run the release `ferry` of that commit, interleaved with this checkout's
+# (lib.bash's compared_binaries): before and after in the same run.
 # Ferry is the release `ferry serve` as ferry_gateway against the embedded database
 # (`make db`; the port follows FERRY_DEV_PG_PORT), migrated with sql/ferry first.
 set -euo pipefail
@@ -21,16 +21,10 @@ RUNS=${RUNS:-3}
 LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-2}
 MAX_GROWTH_MB=${MAX_GROWTH_MB:-64}
-BASELINE=${BASELINE:-}
 
 swift build -c release --product ferry >&2
 CURRENT=$(swift build -c release --show-bin-path)/ferry
-binaries=("$CURRENT")
-names=("this checkout ($(git rev-parse --short HEAD))")
-if [ -n "$BASELINE" ]; then
-    binaries=("$(baseline_ferry "$BASELINE")" "${binaries[@]}")
-    names=("$(git rev-parse --short "$BASELINE")" "${names[@]}")
-fi
+compared_binaries "$CURRENT"
 OWNER_URL=$("$CURRENT" db url)
 "$CURRENT" migrate --database-url "$OWNER_URL" --sql-root sql >&2
 GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')

@@ -47,6 +47,16 @@ struct MissingBinary: Error, CustomStringConvertible {
             ], output: log)
     }
 
+    /// A client of the `ferry serve` starting on `port`, once it listens (5 s at most).
+    func firstClient(port: Int) async throws -> HTTPTestClient {
+        var client: HTTPTestClient?
+        for _ in 0..<100 where client == nil {
+            client = try? HTTPTestClient(port: port)
+            if client == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        return try #require(client, "ferry serve did not start listening within 5 s")
+    }
+
     /// A signal that arrives while the server is still starting (before its watchers
     /// exist) waits for them, then stops the server gracefully: it must not take the
     /// signal's default action and die with connections open.
@@ -72,12 +82,7 @@ struct MissingBinary: Error, CustomStringConvertible {
         try await TestDatabase.with { database in
             let port = try freePort()
             let server = try startServe(database, port: port)
-            var probe: HTTPTestClient?
-            for _ in 0..<100 where probe == nil {
-                probe = try? HTTPTestClient(port: port)
-                if probe == nil { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            let first = try #require(probe, "ferry serve did not start listening within 5 s")
+            let first = try await firstClient(port: port)
             // Warm up what every answer uses (metrics, the log buffer), and let the memory
             // of starting up go back (it does within a second): the baseline.
             for _ in 0..<20 { #expect(try first.request("GET", "/metrics").status == 200) }
@@ -128,12 +133,7 @@ struct MissingBinary: Error, CustomStringConvertible {
             let port = try freePort()
             let server = try startServe(database, port: port)
 
-            var client: HTTPTestClient?
-            for _ in 0..<100 where client == nil {
-                client = try? HTTPTestClient(port: port)
-                if client == nil { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            let inFlight = try #require(client, "ferry serve did not start listening within 5 s")
+            let inFlight = try await firstClient(port: port)
             inFlight.setTimeout(15)
             // Half a request, which the server has begun when the signal arrives: its
             // `100 Continue` proves the head was read (a sleep proves nothing on a loaded
