@@ -168,7 +168,8 @@ final class HTTPConnection: TCPConnectionDelegate {
             case .closeAfterWrites:
                 flush()
                 machine.queuedForWriting(tcp.unsentBytes, now: now)
-                tcp.closeAfterWrites()
+                // The machine gives a client that takes nothing of the last answers the idle timeout.
+                tcp.closeAfterWrites(drainMilliseconds: nil)
             case .close:
                 output.removeAll()
                 tcp.close()

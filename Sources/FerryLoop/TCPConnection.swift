@@ -52,7 +52,8 @@ public final class TCPConnection {
     private var state = State.open
 
     private enum State { case open, shuttingDown, lingering, closing, closed }
-    private var lingerTimer: Timer?
+    /// Bounds a close after writes: the drain of the queue, then the linger.
+    private var closeTimer: Timer?
 
     /// Wraps a handle that libuv already initialised (and connected or accepted).
     package init(loop: EventLoop, initializedHandle: UnsafeMutablePointer<uv_tcp_t>) {
@@ -241,15 +242,23 @@ public final class TCPConnection {
 
     /// Closes once every queued byte is sent: half-closes (FIN), then reads and
     /// discards whatever the peer still sends until it closes its side or
-    /// `lingerMilliseconds` pass, then closes.
+    /// `lingerMilliseconds` pass, then closes. When the queued bytes are not all sent
+    /// within `drainMilliseconds` it closes at once, dropping them: a peer that reads
+    /// nothing would otherwise hold the connection forever. nil: no bound (the owner
+    /// keeps its own, as HTTP does).
     ///
     /// Closing a socket with unread bytes makes the kernel send a reset, which can
     /// destroy the last response before the peer reads it (an upload refused with
     /// 413 while its body is still arriving); lingering avoids that.
-    public func closeAfterWrites(lingerMilliseconds: UInt64 = 2_000) {
+    public func closeAfterWrites(lingerMilliseconds: UInt64 = 2_000, drainMilliseconds: UInt64? = 2_000) {
         guard state == .open else { return }
         state = .shuttingDown
         self.lingerMilliseconds = lingerMilliseconds
+        if let drainMilliseconds, unsentBytes > 0 {
+            let timer = Timer(loop: loop)
+            timer.start(after: drainMilliseconds) { [unowned self] in close() }
+            closeTimer = timer
+        }
         let request = UnsafeMutablePointer<uv_shutdown_t>.allocate(capacity: 1)
         let status = uv_shutdown(request, stream) { request, status in
             let stream = request!.pointee.handle!
@@ -269,9 +278,10 @@ public final class TCPConnection {
         guard state == .shuttingDown else { return }
         state = .lingering
         updateReading()
+        closeTimer?.close()
         let timer = Timer(loop: loop)
         timer.start(after: lingerMilliseconds) { [unowned self] in close() }
-        lingerTimer = timer
+        closeTimer = timer
     }
 
     /// Closes now; unsent bytes are dropped.
@@ -282,8 +292,8 @@ public final class TCPConnection {
     private func close(error: LoopError?) {
         guard state == .open || state == .shuttingDown || state == .lingering else { return }
         state = .closing
-        lingerTimer?.close()
-        lingerTimer = nil
+        closeTimer?.close()
+        closeTimer = nil
         closeError = error
         uv_close(asHandle(handle)) { handle in
             let connection = Unmanaged<TCPConnection>.fromOpaque(handle!.pointee.data).takeRetainedValue()

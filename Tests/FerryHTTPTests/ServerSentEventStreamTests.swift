@@ -80,6 +80,27 @@ import Testing
         #expect(server.log.all.filter { $0.hasPrefix("message") }.isEmpty)
     }
 
+    /// A stream closed `4008 too_slow` has bytes its client is not reading: its last event
+    /// never goes out, and the stream must not wait for it forever.
+    @Test func aStreamClosedWhileItsClientReadsNothingIsGone() throws {
+        let server = try StreamTestServer(sendBufferSize: 4096)
+        defer { server.stop() }
+        let client = try HTTPTestClient(port: server.port, receiveBufferBytes: 4096)
+        try client.send("GET /sse HTTP/1.1\r\nHost: t\r\n\r\n")
+        #expect(server.log.waitFor("open 1"))
+        let payload = Array(("{\"pad\":\"" + String(repeating: "x", count: 1000) + "\"}").utf8)
+        let stalled = server.onStream(1) { stream -> Bool in
+            guard let stream else { return false }
+            for _ in 0..<4000 where stream.unsentBytes == 0 { stream.send(type: "cue", json: payload) }
+            // 64 KiB more than the kernel would take: room it makes later cannot drain them.
+            for _ in 0..<64 { stream.send(type: "cue", json: payload) }
+            stream.close(code: 4008, reason: "too_slow")
+            return stream.unsentBytes > 64 << 10
+        }
+        #expect(stalled, "the kernel took everything")
+        #expect(server.log.waitFor("close 1", timeout: 10))
+    }
+
     @Test func onWritableFiresOnceANonReadingClientReadsAgain() throws {
         let server = try StreamTestServer(sendBufferSize: 4096)
         defer { server.stop() }

@@ -116,6 +116,63 @@ private final class Collector: TCPConnectionDelegate {
         }
     #endif
 
+    /// A close after writes waits for the peer to take the queued bytes; one that reads
+    /// nothing must not hold the connection forever.
+    @Test func aCloseAfterWritesGivesUpOnAPeerThatReadsNothing() async throws {
+        let loop = EventLoop.spawn(name: "drain")
+        defer { loop.stop() }
+        final class Closing: TCPConnectionDelegate {
+            var onClose: (() -> Void)?
+            func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {}
+            func connectionDidReachEnd(_ connection: TCPConnection) {}
+            func connectionDidDrain(_ connection: TCPConnection) {}
+            func connectionDidClose(_ connection: TCPConnection, error: LoopError?) { onClose?() }
+        }
+        final class Sockets {
+            var listener: TCPListener?
+            var client: TCPConnection?
+            var resumed = false
+        }
+        let sockets = LoopBound(unchecked: Sockets(), loop: loop)
+        let payload = [UInt8](repeating: 1, count: 8 << 20)
+        let closed: Bool = try await withCheckedThrowingContinuation { continuation in
+            loop.execute {
+                func finish(_ closed: Bool) {
+                    guard !sockets.value.resumed else { return }
+                    sockets.value.resumed = true
+                    sockets.value.client?.close()
+                    sockets.value.listener?.close()
+                    continuation.resume(returning: closed)
+                }
+                do {
+                    let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) {
+                        server in
+                        let closing = Closing()
+                        closing.onClose = { finish(true) }
+                        server.delegate = closing
+                        try? server.setSendBufferSize(4096)
+                        server.write(payload)
+                        server.closeAfterWrites(drainMilliseconds: 200)
+                    }
+                    sockets.value.listener = listener
+                    // The client never reads.
+                    TCPConnection.connect(on: loop, to: listener.address) { result in
+                        switch result {
+                        case .failure(let error):
+                            sockets.value.resumed = true
+                            continuation.resume(throwing: error)
+                        case .success(let client): sockets.value.client = client
+                        }
+                    }
+                    loop.schedule(after: 10_000) { finish(false) }
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        #expect(closed, "the connection still waited for its peer after 10 s")
+    }
+
     @Test func aFlushIsReportedOnceBytesThatHadToWaitAreWritten() async throws {
         let loop = EventLoop.spawn(name: "flush")
         defer { loop.stop() }
