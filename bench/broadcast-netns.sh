@@ -24,8 +24,8 @@
 #   netns-norps   (not by default) the namespace without RPS: like loopback, the receiver's
 #                 path runs in the sender's system call; what the veth pair itself costs
 #
-# Every run starts fresh gateways (3 `ferry serve` processes on one port for 50,000 streams
-# with an open-file limit of 20,000, as realtime.sh), listening on 0.0.0.0 so both the
+# Every run starts fresh gateways (3 `ferry serve` processes on one port, FERRY_SHARE_PORT=true,
+# for 50,000 streams with an open-file limit of 20,000, as realtime.sh), listening on 0.0.0.0 so both the
 # loopback and the namespace clients reach them. A netns run takes a fresh block of source
 # addresses (10.201.B.1..) so one run's TIME_WAIT sockets never meet the next run's.
 # Figures: the median round of ROUNDS, median of RUNS runs; CPU per round of the gateways and

@@ -32,7 +32,7 @@ cluster_ticks() {
     echo "$total"
 }
 
-# `ferry serve` processes (several share one port with SO_REUSEPORT), for every script
+# `ferry serve` processes (several share one port: FERRY_SHARE_PORT), for every script
 # that runs the gateway. They read: FERRY (the binary), GATEWAY_URL, secret, port,
 # base, LOOPS, POOL_SIZE, tmp; the processes' ids are kept in gateway_pids.
 gateway_pids=()
@@ -52,7 +52,7 @@ start_gateways() {
     local i
     for i in $(seq "$1"); do
         env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$secret \
-            FERRY_LISTEN=$2:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
+            FERRY_LISTEN=$2:$port FERRY_SHARE_PORT=true FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
             FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
             ${3:-} "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
         gateway_pids+=($!)

@@ -31,9 +31,9 @@
 # One process can hold at most `ulimit -Hn` descriptors, and raising the hard limit needs
 # CAP_SYS_RESOURCE. The script raises the soft limit to the hard one; when one gateway
 # cannot hold the streams (e.g. 50,000 with a hard limit of 20,000), it runs as many
-# `ferry serve` processes as needed on one port (SO_REUSEPORT spreads the connections),
-# each with its own LISTEN connection, as DESIGN.md's "Scale past one machine" does, and
-# sums their memory. The latency runs always use one gateway. It prints how many.
+# `ferry serve` processes as needed on one port (FERRY_SHARE_PORT=true: SO_REUSEPORT spreads
+# the connections), each with its own LISTEN connection, as several gateways behind a load
+# balancer have (docs/OPERATIONS.md, "Several gateways"), and sums their memory. The latency runs always use one gateway. It prints how many.
 #
 # Usage: bench/realtime.sh   (env: RUNS=3 LATENCY_STREAMS="1000 10000" IDLE_STREAMS=10000
 #        BROADCAST_STREAMS=50000 RATE=200 WRITE_SECONDS=20 ROUNDS=5 SETTLE=3 LOOPS=2

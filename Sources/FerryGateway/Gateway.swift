@@ -74,10 +74,11 @@ public final class Gateway: Sendable {
         var limits = HTTPLimits()
         limits.maxBodyBytes = configuration.maxBodyBytes
         limits.maxUnsentBytes = configuration.maxUnsentBytes
-        let http = HTTPServerConfiguration(
+        var http = HTTPServerConfiguration(
             host: configuration.host, port: configuration.port, limits: limits,
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
             idleTimeout: .seconds(configuration.idleTimeoutSeconds))
+        http.sharesPort = configuration.sharesPort
         let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus)
         let accountRoutes = AccountRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
@@ -207,7 +208,8 @@ public final class Gateway: Sendable {
     }
 
     /// Runs a gateway until SIGINT or SIGTERM, then shuts it down gracefully.
-    /// Returns the process exit status: 0 after a graceful stop, 1 when it could not start.
+    /// Returns the process exit status: 0 after a graceful stop, 1 when it could not
+    /// start, 2 when its address is taken or not this machine's (a setting to change).
     public static func serve(_ configuration: GatewayConfiguration) -> Int32 {
         // Until they are watched, SIGINT and SIGTERM must wait rather than take their
         // default action (ending the process, perhaps with connections open): they stay
@@ -249,8 +251,9 @@ public final class Gateway: Sendable {
         do {
             address = try gateway.start()
         } catch {
-            logger.log(.error, "could not start", ["error": "\(error)"])
-            return 1
+            let (message, status) = startFailure(error, configuration)
+            logger.log(.error, "could not start", ["error": message])
+            return status
         }
         logger.log(
             .info, "serving",
@@ -261,6 +264,30 @@ public final class Gateway: Sendable {
         signals.loop.execute { signals.value.serving() }
         withExtendedLifetime(signals) { stopped.wait() }
         return 0
+    }
+}
+
+/// What to log when the server could not start, and the exit status: 2 for an
+/// address this process cannot serve (a setting to change), 1 otherwise.
+func startFailure(_ error: any Error, _ configuration: GatewayConfiguration) -> (message: String, status: Int32) {
+    let listen =
+        configuration.host.contains(":")
+        ? "[\(configuration.host)]:\(configuration.port)" : "\(configuration.host):\(configuration.port)"
+    guard let error = error as? LoopError else { return ("\(error)", 1) }
+    switch -error.code {
+    case EADDRINUSE:
+        return (
+            "\(listen) is already served by another process: stop it, choose another --listen / FERRY_LISTEN, "
+                + "or pass --share-port / FERRY_SHARE_PORT=true to share the address with it on purpose", 2
+        )
+    case EADDRNOTAVAIL:
+        return ("\(listen) is not an address of this machine (--listen / FERRY_LISTEN)", 2)
+    case EACCES:
+        return (
+            "may not bind \(listen): ports below 1024 need root or CAP_NET_BIND_SERVICE (--listen / FERRY_LISTEN)", 2
+        )
+    default:
+        return ("\(error)", 1)
     }
 }
 

@@ -17,6 +17,9 @@ public struct GatewayConfiguration: Sendable {
     public var port: Int
     /// Event loops (threads), each accepting on the port with `SO_REUSEPORT`.
     public var threads: Int
+    /// Whether other processes may serve the same address (`SO_REUSEPORT` across
+    /// processes); when false, an address another process serves is refused at start.
+    public var sharesPort: Bool
     /// The HS256 secret that signs access tokens.
     public var jwtSecret: String
     /// An older secret still accepted during key rotation.
@@ -75,6 +78,10 @@ public struct GatewayConfiguration: Sendable {
             help: "PostgreSQL URL for LISTEN (direct to the primary; defaults to --database-url)", isOptional: true,
             isSecret: true),
         Setting("listen", env: "FERRY_LISTEN", default: "0.0.0.0:8080", help: "address to serve HTTP on, host:port"),
+        Setting(
+            "share-port", env: "FERRY_SHARE_PORT",
+            help: "let other processes serve the same address (the kernel splits connections); default: refuse",
+            isSwitch: true),
         Setting(
             "threads", env: "FERRY_THREADS", default: String(ProcessInfo.processInfo.activeProcessorCount),
             help: "event loops (one per core is best)"),
@@ -149,6 +156,7 @@ public struct GatewayConfiguration: Sendable {
             values.string("listen-database-url") == nil
             ? databaseURL : try Self.postgresURL(values, "listen-database-url")
         (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
+        sharesPort = values.isOn("share-port")
         threads = try values.integer("threads", in: 1...256)!
         jwtSecret = values.string("jwt-secret")!
         guard jwtSecret.utf8.count >= 32 else {

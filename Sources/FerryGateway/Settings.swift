@@ -11,7 +11,8 @@ public struct Setting: Sendable {
     public let defaultValue: String?
     /// One line of help.
     public let help: String
-    /// A flag that takes no value (`--dry-run`).
+    /// A flag that takes no value (`--dry-run`); `--flag=false` and its variable say
+    /// `true` or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`).
     public let isSwitch: Bool
     /// A flag that may be given more than once (`--dir a --dir b`).
     public let isRepeatable: Bool
@@ -78,7 +79,7 @@ public struct SettingValues: Sendable {
                 throw SettingsError("unknown option --\(name) (see --help)")
             }
             if setting.isSwitch {
-                values[name, default: []].append(inlineValue ?? "true")
+                values[name, default: []].append(try Self.switchValue(inlineValue ?? "true", "--\(name)"))
                 continue
             }
             if let inlineValue {
@@ -92,7 +93,7 @@ public struct SettingValues: Sendable {
         }
         for setting in settings where values[setting.flag] == nil {
             if let variable = setting.environment, let value = environment[variable], !value.isEmpty {
-                values[setting.flag] = [value]
+                values[setting.flag] = [setting.isSwitch ? try Self.switchValue(value, variable) : value]
             } else if let value = setting.defaultValue {
                 values[setting.flag] = [value]
             } else if !setting.isOptional {
@@ -100,6 +101,15 @@ public struct SettingValues: Sendable {
                     setting.environment.map { "set \($0) or pass --\(setting.flag)" } ?? "pass --\(setting.flag)"
                 throw SettingsError("missing setting: \(source) (\(setting.help))")
             }
+        }
+    }
+
+    /// A switch's value as `true` or `false`; anything else names `source` in an error.
+    private static func switchValue(_ text: String, _ source: String) throws(SettingsError) -> String {
+        switch text.lowercased() {
+        case "true", "1", "yes", "on": return "true"
+        case "false", "0", "no", "off": return "false"
+        default: throw SettingsError("invalid \(source): \(text) (expected true or false)")
         }
     }
 

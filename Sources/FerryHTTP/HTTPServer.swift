@@ -1,5 +1,6 @@
 import Dispatch
 import FerryLoop
+import Glibc
 import Synchronization
 
 /// An HTTP/1.1 server on every loop of a ``LoopGroup``.
@@ -57,6 +58,10 @@ public final class HTTPServer: Sendable {
     /// Binds every loop's listener and starts accepting; returns the bound address
     /// (with the real port when port 0 was asked for).
     ///
+    /// Unless ``HTTPServerConfiguration/sharesPort``, an address another socket serves
+    /// is refused with `EADDRINUSE`: before binding (``TCPListener/checkNotServed(_:)``),
+    /// and after, for a process that bound it in between.
+    ///
     /// Blocks until every loop is listening: call it from outside the group's loops.
     /// On failure nothing stays bound.
     @discardableResult
@@ -67,31 +72,44 @@ public final class HTTPServer: Sendable {
             phase = .started
         }
         var address = try SocketAddress(host: configuration.host, port: configuration.port)
+        if !configuration.sharesPort { try TCPListener.checkNotServed(address) }
+        var inodes: Set<UInt64> = []
         for (index, bound) in loops.enumerated() {
             // One loop after the other: the first binds port 0 and the rest reuse the port it got.
             let requested = address
             let makeRouter = makeRouter
             let makeObserver = makeObserver
-            let result = bound.loop.runAndWait { () -> Result<SocketAddress, LoopError> in
+            let result = bound.loop.runAndWait { () -> Result<(SocketAddress, inode: UInt64), LoopError> in
                 let loop = bound.loop
                 do throws(LoopError) {
                     let server = bound.value
-                    return .success(
-                        try server.listen(on: requested, router: makeRouter(loop), observer: makeObserver(loop)))
+                    let listener = try server.listen(
+                        on: requested, router: makeRouter(loop), observer: makeObserver(loop))
+                    return .success((listener.address, listener.inode))
                 } catch {
                     return .failure(error)
                 }
             }
             switch result {
-            case .success(let bound): address = bound
+            case .success(let listening):
+                address = listening.0
+                inodes.insert(listening.inode)
             case .failure(let error):
-                for opened in loops[..<index] {
-                    opened.loop.runAndWait { opened.value.closeListener() }
-                }
+                closeListeners(loops[..<index])
                 throw error
             }
         }
+        if !configuration.sharesPort && TCPListener.otherListeners(on: address, excluding: inodes) > 0 {
+            closeListeners(loops[...])
+            throw LoopError(errno: EADDRINUSE, operation: "bind \(address)")
+        }
         return address
+    }
+
+    private func closeListeners(_ opened: ArraySlice<LoopBound<HTTPServerLoop>>) {
+        for bound in opened {
+            bound.loop.runAndWait { bound.value.closeListener() }
+        }
     }
 
     // MARK: - Shutting down
@@ -163,7 +181,7 @@ final class HTTPServerLoop {
     }
 
     func listen(on address: SocketAddress, router: Router, observer: (any HTTPObserver)?) throws(LoopError)
-        -> SocketAddress
+        -> TCPListener
     {
         self.router = router
         self.observer = observer
@@ -171,7 +189,7 @@ final class HTTPServerLoop {
             [unowned self] tcp in accept(tcp)
         }
         self.listener = listener
-        return listener.address
+        return listener
     }
 
     func closeListener() {

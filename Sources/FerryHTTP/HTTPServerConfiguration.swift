@@ -15,6 +15,11 @@ public struct HTTPServerConfiguration: Sendable {
     public var idleTimeout: Duration
     /// The listen backlog of each loop's socket.
     public var backlog: Int32
+    /// Whether other processes may serve the same address: every loop's socket has
+    /// `SO_REUSEPORT` either way, and the kernel lets any process of the same user
+    /// join them. When false, ``HTTPServer/start()`` refuses an address that another
+    /// socket serves (`EADDRINUSE`).
+    public var sharesPort = false
 
     /// Creates a configuration; the defaults suit a production gateway behind a balancer.
     public init(

@@ -37,14 +37,62 @@ struct MissingBinary: Error, CustomStringConvertible {
         FileManager.default.temporaryDirectory.appendingPathComponent("ferry-serve-\(UUID().uuidString).log").path
     }
 
-    /// Starts `ferry serve` on `port`; its log goes to the file at `log`, or nowhere.
-    func startServe(_ database: TestDatabase, port: Int, log: String? = nil) throws -> ChildProcess {
+    /// Starts `ferry serve` on `port` against `databaseURL`, with `environment` added to
+    /// the test defaults; its log goes to the file at `log`, or nowhere.
+    func startServe(
+        _ databaseURL: String, port: Int, log: String? = nil, environment: [String: String] = [:]
+    ) throws -> ChildProcess {
         try ChildProcess(
             try ferryExecutable().path, ["serve"],
             environment: [
-                "FERRY_DATABASE_URL": database.url, "FERRY_JWT_SECRET": testSecret,
+                "FERRY_DATABASE_URL": databaseURL, "FERRY_JWT_SECRET": testSecret,
                 "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",
-            ], output: log)
+            ].merging(environment) { _, given in given }, output: log, errors: log)
+    }
+
+    /// Waits until the log at `path` has a line containing `text`, or `child` ends, or
+    /// about `seconds` pass; returns the log.
+    @discardableResult
+    func waitForLog(_ path: String, _ text: String, of child: ChildProcess, seconds: Int = 30) async throws -> String {
+        var log = ""
+        for _ in 0..<(seconds * 20) {
+            log = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            if log.contains(text) || !child.isRunning { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return log
+    }
+
+    @Test func aSecondServeOnAServedAddressExits2NamingTheAddress() async throws {
+        try await AccountsDatabase.with { database in
+            let (firstLog, secondLog) = (temporaryLog(), temporaryLog())
+            defer { for log in [firstLog, secondLog] { try? FileManager.default.removeItem(atPath: log) } }
+            let port = try freePort()
+            let first = try startServe(database.gatewayURL, port: port, log: firstLog)
+            try #require(try await waitForLog(firstLog, "serving", of: first).contains("serving"))
+            let second = try startServe(database.gatewayURL, port: port, log: secondLog)
+            #expect(second.wait(seconds: 30).ending == .exited(2))
+            let text = try String(contentsOfFile: secondLog, encoding: .utf8)
+            #expect(text.contains("127.0.0.1:\(port) is already served") && text.contains("--share-port"), "\(text)")
+            #expect(!text.contains("serving"))
+            #expect(first.isRunning)
+            #expect(try get("/healthz", port: port).status == 200)
+        }
+    }
+
+    @Test func serveWithSharePortJoinsAServedAddress() async throws {
+        try await AccountsDatabase.with { database in
+            let (firstLog, secondLog) = (temporaryLog(), temporaryLog())
+            defer { for log in [firstLog, secondLog] { try? FileManager.default.removeItem(atPath: log) } }
+            let port = try freePort()
+            let first = try startServe(database.gatewayURL, port: port, log: firstLog)
+            try #require(try await waitForLog(firstLog, "serving", of: first).contains("serving"))
+            let second = try startServe(
+                database.gatewayURL, port: port, log: secondLog, environment: ["FERRY_SHARE_PORT": "true"])
+            let text = try await waitForLog(secondLog, "serving", of: second)
+            #expect(text.contains("serving listen=127.0.0.1:\(port)"), "\(text)")
+            #expect(second.isRunning && first.isRunning)
+        }
     }
 
     /// A client of the `ferry serve` starting on `port`, once it listens (5 s at most).
@@ -64,7 +112,7 @@ struct MissingBinary: Error, CustomStringConvertible {
         try await TestDatabase.with { database in
             let log = temporaryLog()
             defer { try? FileManager.default.removeItem(atPath: log) }
-            let server = try startServe(database, port: try freePort(), log: log)
+            let server = try startServe(database.url, port: try freePort(), log: log)
             server.send(SIGTERM)
             for _ in 0..<200 where server.isRunning { try await Task.sleep(for: .milliseconds(50)) }
             #expect(server.ended == .exited(0), "still running 10 s after SIGTERM, or ended otherwise")
@@ -81,7 +129,7 @@ struct MissingBinary: Error, CustomStringConvertible {
     @Test func fiftyConnectionsThatReadNoAnswersGrowTheGatewayByLessThan64MB() async throws {
         try await TestDatabase.with { database in
             let port = try freePort()
-            let server = try startServe(database, port: port)
+            let server = try startServe(database.url, port: port)
             let first = try await firstClient(port: port)
             // Warm up what every answer uses (metrics, the log buffer), and let the memory
             // of starting up go back (it does within a second): the baseline.
@@ -131,7 +179,7 @@ struct MissingBinary: Error, CustomStringConvertible {
     @Test func requestInFlightAtSIGTERMCompletesAndTheProcessExits0() async throws {
         try await TestDatabase.with { database in
             let port = try freePort()
-            let server = try startServe(database, port: port)
+            let server = try startServe(database.url, port: port)
 
             let inFlight = try await firstClient(port: port)
             inFlight.setTimeout(15)

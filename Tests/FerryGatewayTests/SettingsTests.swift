@@ -75,6 +75,17 @@ import Testing
         #expect(throws: SettingsError.self) { try configuration(["--listen", "8080"]) }
     }
 
+    @Test func aSwitchReadsTrueOrFalseFromItsVariableAndFlag() throws {
+        #expect(try !configuration([]).sharesPort)
+        var environment = Self.environment
+        environment["FERRY_SHARE_PORT"] = "true"
+        #expect(try configuration([], environment: environment).sharesPort)
+        #expect(try !configuration(["--share-port=false"], environment: environment).sharesPort)
+        environment["FERRY_SHARE_PORT"] = "maybe"
+        let error = #expect(throws: SettingsError.self) { try configuration([], environment: environment) }
+        #expect(error?.description == "invalid FERRY_SHARE_PORT: maybe (expected true or false)")
+    }
+
     @Test func repeatableSwitchAndPositionalArguments() throws {
         let settings = [
             Setting("dir", help: "a directory", isRepeatable: true),

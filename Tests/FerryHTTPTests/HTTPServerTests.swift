@@ -366,6 +366,49 @@ private final class TestServer {
         for client in clients { #expect(try client.request("GET", "/healthz").text == "ok") }
     }
 
+    @Test func anAddressAnotherServerServesIsRefused() throws {
+        let first = try TestServer(loops: 2)
+        defer { first.stop() }
+        let error = #expect(throws: LoopError.self) {
+            try TestServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: first.port))
+        }
+        #expect(error?.code == -EADDRINUSE)
+        #expect(error?.description.contains("127.0.0.1:\(first.port)") == true)
+        #expect(try first.client().request("GET", "/healthz").text == "ok")
+    }
+
+    @Test func serversThatSharePortServeOneAddressTogether() throws {
+        let first = try TestServer(loops: 2)
+        defer { first.stop() }
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: first.port)
+        configuration.sharesPort = true
+        let second = try TestServer(configuration: configuration)
+        defer { second.stop() }
+        #expect(second.port == first.port)
+        for _ in 0..<8 { #expect(try first.client().request("GET", "/healthz").text == "ok") }
+    }
+
+    /// What a server finds when another process joined its address between its check
+    /// and its listeners (both with `SO_REUSEPORT`): one socket that is not its own.
+    @Test func aListenerOfAnotherOwnerOnTheAddressIsCounted() throws {
+        let loop = EventLoop.spawn(name: "bind")
+        defer { loop.stop() }
+        let opened = loop.runAndWait { () -> Result<(LoopBound<TCPListener>, SocketAddress, UInt64), LoopError> in
+            do throws(LoopError) {
+                let listener = try TCPListener(loop: loop, address: SocketAddress(host: "127.0.0.1", port: 0)) { _ in }
+                return .success((LoopBound(listener, loop: loop), listener.address, listener.inode))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let (listener, address, inode) = try opened.get()
+        defer { loop.runAndWait { listener.value.close() } }
+        #expect(TCPListener.otherListeners(on: address, excluding: [inode]) == 0)
+        let other = try LoopbackSocket(listening: true, port: address.port, reusePort: true)
+        #expect(TCPListener.otherListeners(on: address, excluding: [inode]) == 1)
+        withExtendedLifetime(other) {}
+    }
+
     @Test func aHandlerCanTakeTheConnectionOverWithTheBytesAfterTheUpgrade() throws {
         let server = try TestServer()
         defer { server.stop() }

@@ -8,13 +8,18 @@ public final class LoopbackSocket {
     /// The port it is bound to.
     public let port: Int
 
-    /// Binds a new socket; `listening` also listens, so connections complete in the
-    /// kernel's backlog and then hear nothing.
-    public init(listening: Bool = false) throws {
+    /// Binds a new socket to `port` (0: one the kernel chooses); `listening` also
+    /// listens, so connections complete in the kernel's backlog and then hear nothing.
+    /// With `reusePort` (`SO_REUSEPORT`) it may join the listeners of another server
+    /// on that port, as a second process of the same user can.
+    public init(listening: Bool = false, port requested: Int = 0, reusePort: Bool = false) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var one: Int32 = 1
+        if reusePort && fd >= 0 { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(requested).bigEndian
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ready =
             fd >= 0
