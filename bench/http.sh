@@ -4,9 +4,11 @@
 # so that drift on a shared machine hits both alike). Prints requests/s and Ferry/nginx.
 #
 # Usage: bench/http.sh            (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS="1 2")
-# Ferry is the real release binary, `ferry serve`, with its access log (to /dev/null)
-# and metrics on: what an operator runs. It needs the embedded database (`make db`)
-# only for its pools and listener; /healthz itself touches no database.
+# Ferry is the real release binary, `ferry serve`, with its default log level (info,
+# to /dev/null: /healthz, a probe, is logged at debug, so not written) and metrics on:
+# what an operator runs (FERRY_LOG_LEVEL=debug adds a log line per request). It needs the
+# embedded database (`make db`), migrated here, only for its pools, listener and start-up
+# check; /healthz itself touches no database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.bash
@@ -20,6 +22,7 @@ LOOPS=${LOOPS:-"1 2"}
 swift build -c release --product ferry >&2
 FERRY=$(swift build -c release --show-bin-path)/ferry
 DATABASE_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$DATABASE_URL" --sql-root sql >&2
 
 tmp=$(mktemp -d)
 pids=()

@@ -222,7 +222,7 @@ public final class Gateway: Sendable {
         sigaddset(&shutdownSignals, SIGINT)
         sigaddset(&shutdownSignals, SIGTERM)
         pthread_sigmask(SIG_BLOCK, &shutdownSignals, nil)
-        let logger = Logger(format: configuration.logFormat)
+        let logger = Logger(format: configuration.logFormat, minimumLevel: configuration.logLevel)
         let gateway: Gateway
         do {
             gateway = try Gateway(configuration: configuration, logger: logger)

@@ -26,6 +26,8 @@ public struct GatewayConfiguration: Sendable {
     public var jwtPreviousSecret: String?
     /// Text or JSON logs.
     public var logFormat: LogFormat
+    /// The least severe log lines written (probes' request lines are `debug`).
+    public var logLevel: Logger.Level
     /// Database connections per loop.
     public var poolSize: Int
     /// Server-side statement timeout, milliseconds.
@@ -92,6 +94,9 @@ public struct GatewayConfiguration: Sendable {
             "jwt-previous-secret", env: "FERRY_JWT_PREVIOUS_SECRET",
             help: "older secret still accepted while rotating keys", isOptional: true, isSecret: true),
         Setting("log-format", env: "FERRY_LOG_FORMAT", default: "text", help: "log lines as text or json"),
+        Setting(
+            "log-level", env: "FERRY_LOG_LEVEL", default: "info",
+            help: "least severe lines logged: debug (adds /healthz, /readyz, /metrics), info, warning, error"),
         Setting("pool-size", env: "FERRY_POOL_SIZE", default: "8", help: "database connections per event loop"),
         Setting(
             "statement-timeout-ms", env: "FERRY_STATEMENT_TIMEOUT_MS", default: "10000",
@@ -167,6 +172,7 @@ public struct GatewayConfiguration: Sendable {
             throw SettingsError("invalid \(values.name("jwt-previous-secret")): must be at least 32 bytes")
         }
         logFormat = LogFormat(rawValue: try values.choice("log-format", ["text", "json"])!)!
+        logLevel = Logger.Level(rawValue: try values.choice("log-level", Logger.Level.allCases.map(\.rawValue))!)!
         poolSize = try values.integer("pool-size", in: 1...1000)!
         statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
         maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!

@@ -8,23 +8,36 @@ import Foundation
 /// lines are hot, so each loop collects them in its own ``LogBuffer`` and writes
 /// once per loop iteration. Nothing logged may contain a token or a password:
 /// requests are logged by route pattern, never by URL (a stream's URL may carry
-/// `?access_token=`).
+/// `?access_token=`). Lines less severe than ``minimumLevel`` are not written; the
+/// probes' request lines (`/healthz`, `/readyz`, `/metrics`: a balancer asks every
+/// few seconds) are `debug`.
 public final class Logger: Sendable {
-    /// Severity of an event.
-    public enum Level: String, Sendable { case info, warning, error }
+    /// Severity of an event, least severe first.
+    public enum Level: String, Sendable, Comparable, CaseIterable {
+        case debug, info, warning, error
+
+        public static func < (lhs: Level, rhs: Level) -> Bool {
+            allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+        }
+    }
 
     /// Text or JSON.
     public let format: GatewayConfiguration.LogFormat
+    /// The least severe level written.
+    public let minimumLevel: Level
     private let fileDescriptor: Int32
 
-    /// A logger writing to `fileDescriptor` (standard output by default).
-    public init(format: GatewayConfiguration.LogFormat, fileDescriptor: Int32 = 1) {
+    /// A logger writing lines of `minimumLevel` and above to `fileDescriptor`
+    /// (standard output by default).
+    public init(format: GatewayConfiguration.LogFormat, minimumLevel: Level = .info, fileDescriptor: Int32 = 1) {
         self.format = format
+        self.minimumLevel = minimumLevel
         self.fileDescriptor = fileDescriptor
     }
 
-    /// Logs one event now. Safe from any thread.
+    /// Logs one event now, unless `level` is below ``minimumLevel``. Safe from any thread.
     public func log(_ level: Level, _ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
+        guard level >= minimumLevel else { return }
         var line: [UInt8] = []
         line.reserveCapacity(128)
         var clock = Timestamp.Cache()
@@ -93,7 +106,8 @@ public final class LogBuffer {
         method: String, route: String?, status: Int, durationNanoseconds: UInt64, bytes: Int,
         remote: String?
     ) {
-        let level = status >= 500 ? Logger.Level.error : .info
+        let level = Self.isProbe(route) ? Logger.Level.debug : status >= 500 ? .error : .info
+        guard level >= logger.minimumLevel else { return }
         let microseconds = Int(durationNanoseconds / 1_000)
         clock.appendLineStart(format: logger.format, level: level, message: "request", to: &pending)
         switch logger.format {
@@ -127,6 +141,11 @@ public final class LogBuffer {
             pending.append(contentsOf: "}\n".utf8)
         }
         if pending.count > 64 * 1024 { flush() }
+    }
+
+    /// Whether `route` is one a load balancer or Prometheus asks all the time.
+    private static func isProbe(_ route: String?) -> Bool {
+        route == "/healthz" || route == "/readyz" || route == "/metrics"
     }
 
     /// `12.345`: milliseconds with three decimals.

@@ -168,7 +168,10 @@ public struct SettingValues: Sendable {
     public func choice(_ flag: String, _ choices: [String]) throws(SettingsError) -> String? {
         guard let text = string(flag) else { return nil }
         guard choices.contains(text) else {
-            throw SettingsError("invalid \(name(flag)): \(text) (expected \(choices.joined(separator: " or ")))")
+            let expected =
+                choices.count > 1
+                ? choices.dropLast().joined(separator: ", ") + " or " + choices.last! : choices.joined()
+            throw SettingsError("invalid \(name(flag)): \(text) (expected \(expected))")
         }
         return text
     }

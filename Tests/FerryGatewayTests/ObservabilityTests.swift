@@ -4,9 +4,12 @@ import Testing
 
 @Suite struct ObservabilityTests {
     /// Runs `body` with a logger writing into a pipe and returns what it wrote.
-    private func captured(_ format: GatewayConfiguration.LogFormat, _ body: (Logger) -> Void) throws -> String {
+    private func captured(
+        _ format: GatewayConfiguration.LogFormat, minimumLevel: Logger.Level = .info, _ body: (Logger) -> Void
+    ) throws -> String {
         let pipe = Pipe()
-        let logger = Logger(format: format, fileDescriptor: pipe.fileHandleForWriting.fileDescriptor)
+        let logger = Logger(
+            format: format, minimumLevel: minimumLevel, fileDescriptor: pipe.fileHandleForWriting.fileDescriptor)
         body(logger)
         try pipe.fileHandleForWriting.close()
         return String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
@@ -32,10 +35,37 @@ import Testing
         #expect(output.hasSuffix(" info started listen=127.0.0.1:8080 note=\"two words\"\n"))
     }
 
+    @Test func linesBelowTheMinimumLevelAreNotWritten() throws {
+        let output = try captured(.text) { logger in
+            logger.log(.info, "said")
+            logger.log(.warning, "warned")
+        }
+        #expect(output.contains(" info said\n") && output.contains(" warning warned\n"))
+        let quiet = try captured(.text, minimumLevel: .warning) { logger in
+            logger.log(.info, "said")
+            logger.log(.warning, "warned")
+        }
+        #expect(!quiet.contains("said") && quiet.contains(" warning warned\n"), "\(quiet)")
+    }
+
+    /// Probes are asked every few seconds by every balancer: their lines are `debug`.
+    @Test func probeRequestsAreLoggedOnlyAtDebug() async throws {
+        let probes = ["/healthz", "/readyz", "/metrics"]
+        let info = try await accessLog(.text, paths: probes + ["/nowhere"])
+        #expect(
+            info.count == 1 && info.first?.contains(" info request method=GET route=- status=404") == true, "\(info)")
+        let debug = try await accessLog(.text, paths: probes + ["/nowhere"], level: .debug)
+        #expect(debug.count == 4, "\(debug)")
+        for (line, probe) in zip(debug, probes) { #expect(line.contains(" debug request method=GET route=\(probe) ")) }
+    }
+
     /// The access-log lines of a one-loop gateway (no database needed) asked `paths` in turn.
-    private func accessLog(_ format: GatewayConfiguration.LogFormat, paths: [String]) async throws -> [String] {
+    private func accessLog(
+        _ format: GatewayConfiguration.LogFormat, paths: [String], level: Logger.Level = .info
+    ) async throws -> [String] {
         let pipe = Pipe()
-        let logger = Logger(format: format, fileDescriptor: pipe.fileHandleForWriting.fileDescriptor)
+        let logger = Logger(
+            format: format, minimumLevel: level, fileDescriptor: pipe.fileHandleForWriting.fileDescriptor)
         let values = try SettingValues(
             GatewayConfiguration.settings,
             arguments: [
@@ -56,30 +86,30 @@ import Testing
     static var timestamp: Regex<Substring> { #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/# }
 
     @Test func textAccessLogLinesHaveEveryField() async throws {
-        let lines = try await accessLog(.text, paths: ["/healthz", "/nowhere"])
+        let lines = try await accessLog(.text, paths: ["/v1/pull", "/nowhere"])
         try #require(lines.count == 2)
         let fields =
             #/ info request method=GET route=(\S+) status=(\d+) duration_ms=\d+\.\d{3} bytes=[1-9]\d* remote=127\.0\.0\.1:\d+/#
-        let healthz = try #require(try fields.wholeMatch(in: lines[0].dropFirst(24)))
+        let pull = try #require(try fields.wholeMatch(in: lines[0].dropFirst(24)))
         #expect(try Self.timestamp.wholeMatch(in: lines[0].prefix(24)) != nil)
-        #expect(healthz.1 == "/healthz" && healthz.2 == "200")
+        #expect(pull.1 == "/v1/pull" && pull.2 == "401")
         let unmatched = try #require(try fields.wholeMatch(in: lines[1].dropFirst(24)))
         #expect(unmatched.1 == "-" && unmatched.2 == "404")
     }
 
     @Test func jsonAccessLogLinesHaveEveryField() async throws {
-        let lines = try await accessLog(.json, paths: ["/healthz", "/nowhere"])
+        let lines = try await accessLog(.json, paths: ["/v1/pull", "/nowhere"])
         try #require(lines.count == 2)
         let objects = try lines.map { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-        let healthz = try #require(objects[0])
-        #expect(try Self.timestamp.wholeMatch(in: healthz["time"] as? String ?? "") != nil)
-        #expect(healthz["level"] as? String == "info")
-        #expect(healthz["method"] as? String == "GET")
-        #expect(healthz["route"] as? String == "/healthz")
-        #expect(healthz["status"] as? Int == 200)
-        #expect((healthz["duration_ms"] as? Double).map { $0 >= 0 } == true)
-        #expect((healthz["bytes"] as? Int).map { $0 > 0 } == true)
-        #expect((healthz["remote"] as? String)?.hasPrefix("127.0.0.1:") == true)
+        let pull = try #require(objects[0])
+        #expect(try Self.timestamp.wholeMatch(in: pull["time"] as? String ?? "") != nil)
+        #expect(pull["level"] as? String == "info")
+        #expect(pull["method"] as? String == "GET")
+        #expect(pull["route"] as? String == "/v1/pull")
+        #expect(pull["status"] as? Int == 401)
+        #expect((pull["duration_ms"] as? Double).map { $0 >= 0 } == true)
+        #expect((pull["bytes"] as? Int).map { $0 > 0 } == true)
+        #expect((pull["remote"] as? String)?.hasPrefix("127.0.0.1:") == true)
         let unmatched = try #require(objects[1])
         #expect(unmatched["route"] is NSNull)
         #expect(unmatched["status"] as? Int == 404)
