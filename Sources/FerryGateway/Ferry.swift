@@ -4,4 +4,9 @@ public enum Ferry {
     public static let version = "0.1.0"
     /// The wire protocol version of docs/PROTOCOL.md.
     public static let protocolVersion = 1
+    /// The newest migration of `sql/ferry` this binary relies on, as the ledger names
+    /// it: `ferry serve` refuses a database whose ledger lacks it, and `/readyz` is
+    /// not ready. A new file in `sql/ferry` moves it (a test compares it with the
+    /// directory).
+    public static let requiredMigration = "ferry/0016_register_table_keys_within_owner.sql"
 }

@@ -79,7 +79,7 @@ public final class Gateway: Sendable {
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
             idleTimeout: .seconds(configuration.idleTimeoutSeconds))
         http.sharesPort = configuration.sharesPort
-        let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus)
+        let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
@@ -145,6 +145,39 @@ public final class Gateway: Sendable {
             purger.loop.execute { purger.value.start() }
         }
         return try server.start()
+    }
+
+    /// Runs the schema check on the first loop's pool until it passes, `seconds` pass,
+    /// or `interruption` ends the wait (a signal), one attempt a second; logs what it
+    /// waits for once per change. Call off the loops.
+    func waitForDatabase(seconds: Int, interruption: StartupInterruption) -> SchemaCheck {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        var reported: SchemaCheck?
+        while true {
+            let check = checkSchema()
+            let remaining = deadline - ContinuousClock.now
+            if check == .ready || interruption.isInterrupted || remaining <= .zero { return check }
+            if check != reported {
+                logger.log(.warning, "waiting for the database", ["reason": check.advice, "wait_s": String(seconds)])
+                reported = check
+            }
+            interruption.sleep(min(remaining, .seconds(1)))
+        }
+    }
+
+    /// One schema check on the first loop's pool, waited for.
+    private func checkSchema() -> SchemaCheck {
+        let answer = Mutex<SchemaCheck?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let worker = workers[0]
+        worker.loop.execute {
+            SchemaCheck.run(on: worker.value.pool) { check in
+                answer.withLock { $0 = check }
+                done.signal()
+            }
+        }
+        done.wait()
+        return answer.withLock { $0! }
     }
 
     /// Replaces the revoked-session cache with every revocation young enough to matter.
@@ -231,9 +264,12 @@ public final class Gateway: Sendable {
             return 1
         }
         let stopped = DispatchSemaphore(value: 0)
+        let interruption = StartupInterruption()
         // A signal that comes before the server is up waits for it (an HTTPServer shut
-        // down before it started could not start).
-        let signals = ShutdownSignals.install(on: gateway.group.loops[0]) { signal in
+        // down before it started could not start), unless the database is not ready:
+        // then it ends the wait for the database.
+        let signals = ShutdownSignals.install(on: gateway.group.loops[0], whileStarting: interruption.interrupt) {
+            signal in
             logger.log(
                 .info, "shutting down",
                 ["signal": String(signal), "deadline_s": String(configuration.shutdownTimeoutSeconds)])
@@ -247,6 +283,15 @@ public final class Gateway: Sendable {
             exit(1)
         }
         pthread_sigmask(SIG_UNBLOCK, &shutdownSignals, nil)
+        let check = gateway.waitForDatabase(seconds: configuration.databaseWaitSeconds, interruption: interruption)
+        guard check == .ready else {
+            if interruption.isInterrupted {
+                logger.log(.info, "stopped before serving", ["reason": check.advice])
+                return 0
+            }
+            logger.log(.error, "could not start", ["error": check.advice])
+            return 1
+        }
         let address: SocketAddress
         do {
             address = try gateway.start()
@@ -291,28 +336,57 @@ func startFailure(_ error: any Error, _ configuration: GatewayConfiguration) -> 
     }
 }
 
+/// Ends `serve`'s wait for its database early: set by a signal that arrives before
+/// the gateway serves. Any thread.
+final class StartupInterruption: Sendable {
+    private let interrupted = Atomic<Bool>(false)
+    private let wakeUp = DispatchSemaphore(value: 0)
+
+    /// Whether a signal came.
+    var isInterrupted: Bool { interrupted.load(ordering: .acquiring) }
+
+    /// Records the signal and wakes a ``sleep(_:)`` in progress.
+    @Sendable func interrupt(_ signal: Int32) {
+        interrupted.store(true, ordering: .releasing)
+        wakeUp.signal()
+    }
+
+    /// Waits `duration`, or less when interrupted.
+    func sleep(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
+    }
+}
+
 /// SIGINT and SIGTERM, watched on one loop: the first begins a graceful shutdown,
-/// held until the gateway serves; the second ends the process at once.
+/// held until the gateway serves (and reported to `whileStarting` meanwhile); the
+/// second ends the process at once.
 private final class ShutdownSignals {
     private var watchers: [SignalWatcher] = []
     private var signalsReceived = 0
     private var isServing = false
     private var pending: Int32?
+    private let whileStarting: (Int32) -> Void
     private let beginShutdown: (Int32) -> Void
     private let exitAtOnce: (Int32) -> Void
 
-    private init(beginShutdown: @escaping (Int32) -> Void, exitAtOnce: @escaping (Int32) -> Void) {
+    private init(
+        whileStarting: @escaping (Int32) -> Void, beginShutdown: @escaping (Int32) -> Void,
+        exitAtOnce: @escaping (Int32) -> Void
+    ) {
+        self.whileStarting = whileStarting
         self.beginShutdown = beginShutdown
         self.exitAtOnce = exitAtOnce
     }
 
     /// Watches both signals on `loop` and returns once they are watched. Call off the loop.
     static func install(
-        on loop: EventLoop, beginShutdown: @escaping @Sendable (Int32) -> Void,
-        exitAtOnce: @escaping @Sendable (Int32) -> Void
+        on loop: EventLoop, whileStarting: @escaping @Sendable (Int32) -> Void,
+        beginShutdown: @escaping @Sendable (Int32) -> Void, exitAtOnce: @escaping @Sendable (Int32) -> Void
     ) -> LoopBound<ShutdownSignals> {
         loop.runAndWait {
-            let signals = ShutdownSignals(beginShutdown: beginShutdown, exitAtOnce: exitAtOnce)
+            let signals = ShutdownSignals(
+                whileStarting: whileStarting, beginShutdown: beginShutdown, exitAtOnce: exitAtOnce)
             signals.watchers = [SIGINT, SIGTERM].map { number in
                 SignalWatcher(loop: loop, signal: number) { [unowned signals] in signals.received($0) }
             }
@@ -329,7 +403,12 @@ private final class ShutdownSignals {
     private func received(_ signal: Int32) {
         signalsReceived += 1
         if signalsReceived > 1 { return exitAtOnce(signal) }
-        if isServing { beginShutdown(signal) } else { pending = signal }
+        if isServing {
+            beginShutdown(signal)
+        } else {
+            pending = signal
+            whileStarting(signal)
+        }
     }
 }
 

@@ -30,6 +30,9 @@ public struct GatewayConfiguration: Sendable {
     public var logLevel: Logger.Level
     /// Database connections per loop.
     public var poolSize: Int
+    /// Seconds `ferry serve` waits at start for the database to answer with Ferry's
+    /// schema at this binary's version, before it gives up.
+    public var databaseWaitSeconds: Int
     /// Server-side statement timeout, milliseconds.
     public var statementTimeoutMilliseconds: Int
     /// Largest request body accepted, bytes.
@@ -98,6 +101,9 @@ public struct GatewayConfiguration: Sendable {
             "log-level", env: "FERRY_LOG_LEVEL", default: "info",
             help: "least severe lines logged: debug (adds /healthz, /readyz, /metrics), info, warning, error"),
         Setting("pool-size", env: "FERRY_POOL_SIZE", default: "8", help: "database connections per event loop"),
+        Setting(
+            "database-wait", env: "FERRY_DATABASE_WAIT", default: "30s",
+            help: "how long to wait at start for the database and its migrations, e.g. 30s (then exit 1)"),
         Setting(
             "statement-timeout-ms", env: "FERRY_STATEMENT_TIMEOUT_MS", default: "10000",
             help: "server-side statement timeout"),
@@ -174,6 +180,7 @@ public struct GatewayConfiguration: Sendable {
         logFormat = LogFormat(rawValue: try values.choice("log-format", ["text", "json"])!)!
         logLevel = Logger.Level(rawValue: try values.choice("log-level", Logger.Level.allCases.map(\.rawValue))!)!
         poolSize = try values.integer("pool-size", in: 1...1000)!
+        databaseWaitSeconds = try values.duration("database-wait", maximumSeconds: 86_400)!
         statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
         maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!
         maxPushMutations = try values.integer("max-push-mutations", in: 1...1_000_000)!

@@ -196,6 +196,20 @@ public struct Migrator: Sendable {
             'SQL files applied by ferry migrate: directory label/file name, SHA-256 of the file, when';
         """
 
+    /// Lets the gateway's role read the ledger, after every run (the role is created by
+    /// `sql/ferry/0001`, after the ledger): `ferry serve` and `/readyz` check in it that
+    /// the schema is at their version (``SchemaCheck``). Requests, which run as
+    /// `ferry_client`, still cannot.
+    static let ledgerGrantSQL = """
+        do $$
+        begin
+            if exists (select from pg_catalog.pg_roles where rolname = 'ferry_gateway') then
+                grant select on ferry.schema_migrations to ferry_gateway;
+            end if;
+        end
+        $$;
+        """
+
     /// The directories to apply, in order.
     public let directories: [MigrationDirectory]
 
@@ -321,6 +335,7 @@ public struct Migrator: Sendable {
             progress("applied \(migration.name) (\(milliseconds) ms)")
             applied.append(migration.name)
         }
+        try await client.execute(Self.ledgerGrantSQL)
         return applied
     }
 

@@ -3,13 +3,22 @@ import FerryLoop
 import Synchronization
 
 /// `/healthz`, `/readyz` and `/metrics`: what load balancers and Prometheus ask.
+///
+/// `/readyz` is ready when the database answers with Ferry's schema at this binary's
+/// version (``SchemaCheck``) and the LISTEN connection is up. Its answer names no
+/// host, port or libpq text (anyone may ask); a change of the database's state is
+/// logged once, with the details and what to do.
 final class OperationsRoutes: Sendable {
     private let workers: [LoopBound<Worker>]
     private let listenerStatus: ListenerStatus
+    private let logger: Logger
+    /// The database's state the last `/readyz` found, to log changes only.
+    private let lastCheck = Mutex<SchemaCheck?>(nil)
 
-    init(workers: [LoopBound<Worker>], listenerStatus: ListenerStatus) {
+    init(workers: [LoopBound<Worker>], listenerStatus: ListenerStatus, logger: Logger) {
         self.workers = workers
         self.listenerStatus = listenerStatus
+        self.logger = logger
     }
 
     private static let healthy = HTTPResponse.json(bytes: Array(#"{"status":"ok"}"#.utf8))
@@ -20,22 +29,36 @@ final class OperationsRoutes: Sendable {
         router.get("/healthz") { _, responder in
             responder.respond(Self.healthy)
         }
-        router.get("/readyz") { [listenerStatus] _, responder in
-            worker.pool.query("select 1") { result in
-                switch (result, listenerStatus.isConnected) {
-                case (.success, true):
+        router.get("/readyz") { [self] _, responder in
+            SchemaCheck.run(on: worker.pool) { [self] check in
+                noteChange(check)
+                switch (check, listenerStatus.isConnected) {
+                case (.ready, true):
                     responder.respond(Self.ready)
-                case (.success, false):
+                case (.ready, false):
                     responder.respond(.error(status: 503, code: "unavailable", message: "listener is not connected"))
-                case (.failure(let error), _):
-                    responder.respond(
-                        .error(status: 503, code: "unavailable", message: "database is not reachable: \(error.message)")
-                    )
+                default:
+                    responder.respond(.error(status: 503, code: "unavailable", message: check.publicMessage))
                 }
             }
         }
         router.get("/metrics") { [self] _, responder in
             collectMetrics(answering: LoopBound(responder, loop: responder.loop))
+        }
+    }
+
+    /// Logs the database's state when it differs from what the previous probe found:
+    /// a warning with the advice when it is not ready, a line when it is again.
+    private func noteChange(_ check: SchemaCheck) {
+        let previous = lastCheck.withLock { last in
+            defer { last = check }
+            return last
+        }
+        guard previous != check else { return }
+        if check != .ready {
+            logger.log(.warning, "not ready", ["reason": check.advice])
+        } else if previous != nil {
+            logger.log(.info, "ready again", ["reason": check.advice])
         }
     }
 

@@ -47,32 +47,67 @@ func get(_ path: String, port: Int) throws -> HTTPTestResponse {
 
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct GatewayTests {
+    /// Asks `/readyz` until it answers 200 or about five seconds pass (the listener
+    /// connects in the background); returns the last answer.
+    func readyz(port: Int) async throws -> HTTPTestResponse {
+        var response = try get("/readyz", port: port)
+        for _ in 0..<50 where response.status != 200 {
+            try await Task.sleep(for: .milliseconds(100))
+            response = try get("/readyz", port: port)
+        }
+        return response
+    }
+
     @Test func readyzAnswers200OnceDatabaseAndListenerAreUp() async throws {
-        try await TestDatabase.with { database in
-            try await withGateway(databaseURL: database.url) { port in
+        try await AccountsDatabase.with { database in
+            try await withGateway(databaseURL: database.gatewayURL) { port in
                 #expect(try get("/healthz", port: port).text == #"{"status":"ok"}"#)
-                var ready: HTTPTestResponse?
-                for _ in 0..<50 {
-                    let response = try get("/readyz", port: port)
-                    if response.status == 200 {
-                        ready = response
-                        break
-                    }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-                #expect(ready?.text == #"{"status":"ready"}"#)
+                let ready = try await readyz(port: port)
+                #expect(ready.text == #"{"status":"ready"}"#)
             }
         }
     }
 
-    @Test func readyzAnswers503WhenTheDatabaseIsUnreachable() async throws {
+    @Test func readyzAnswers503WithoutConnectionDetailsWhenTheDatabaseIsUnreachable() async throws {
         // Port 1 on loopback refuses connections: the pool and the listener both fail.
         try await withGateway(databaseURL: "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2") { port in
             let response = try get("/readyz", port: port)
             #expect(response.status == 503)
             #expect(response.text.contains(#""code":"unavailable""#))
             #expect(response.text.contains(#""retryable":true"#))
+            #expect(response.text.contains("database is not reachable"))
+            // libpq's text names the host, the port and the reason: that is for the log.
+            for detail in ["127.0.0.1", "port", "refused", "nobody"] {
+                #expect(!response.text.lowercased().contains(detail), "\(response.text)")
+            }
             #expect(try get("/healthz", port: port).status == 200)
+        }
+    }
+
+    @Test func readyzIsNotReadyOnADatabaseNeverMigrated() async throws {
+        try await TestDatabase.with { database in
+            try await withGateway(databaseURL: database.url) { port in
+                let response = try await readyz(port: port)
+                #expect(response.status == 503)
+                #expect(response.text.contains("database schema is not at this gateway's version"), "\(response.text)")
+            }
+        }
+    }
+
+    @Test func readyzIsNotReadyWhileTheSchemaIsBehindTheBinary() async throws {
+        try await AccountsDatabase.with { database in
+            try await withGateway(databaseURL: database.gatewayURL) { port in
+                #expect(try await readyz(port: port).status == 200)
+                let ledger = "ferry.schema_migrations"
+                let row = try await database.admin.query(
+                    "delete from \(ledger) where name = $1 returning checksum", [Ferry.requiredMigration])
+                let behind = try get("/readyz", port: port)
+                #expect(behind.status == 503)
+                #expect(behind.text.contains("database schema is not at this gateway's version"), "\(behind.text)")
+                _ = try await database.admin.query(
+                    "insert into \(ledger) (name, checksum) values ($1, $2)", [Ferry.requiredMigration, row[0, 0]])
+                #expect(try get("/readyz", port: port).status == 200)
+            }
         }
     }
 

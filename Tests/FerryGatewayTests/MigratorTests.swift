@@ -264,14 +264,29 @@ import Testing
                        has_schema_privilege('ferry_client', 'ferry', 'usage'),
                        has_schema_privilege('ferry_client', 'ferry', 'create'),
                        has_table_privilege('ferry_client', 'ferry.schema_migrations', 'select'),
-                       (select count(*) from pg_class where relowner = 'ferry_gateway'::regrole)
+                       (select count(*) from pg_class where relowner = 'ferry_gateway'::regrole),
+                       has_table_privilege('ferry_gateway', 'ferry.schema_migrations', 'select'),
+                       has_table_privilege('ferry_gateway', 'ferry.schema_migrations', 'insert, update, delete')
                 """)
             #expect(privileges[0, 0] == "t", "the gateway may switch to ferry_client")
             #expect(privileges[0, 1] == "t")
             #expect(privileges[0, 2] == "f")
-            #expect(privileges[0, 3] == "f", "the ledger is the owner's only")
+            #expect(privileges[0, 3] == "f", "requests may not read the ledger")
             #expect(privileges[0, 4] == "0", "ferry_gateway owns nothing")
+            #expect(privileges[0, 5] == "t", "the gateway reads the ledger for its schema check")
+            #expect(privileges[0, 6] == "f", "and only reads it")
         }
+    }
+
+    /// `ferry serve` refuses a database whose ledger lacks `Ferry.requiredMigration`:
+    /// a new file in sql/ferry must move it, or a binary would serve a schema older
+    /// than its SQL.
+    @Test func theBinaryRequiresTheNewestMigrationOfSqlFerry() throws {
+        let newest = try FileManager.default.contentsOfDirectory(atPath: Self.sqlRoot + "/ferry")
+            .filter { $0.hasSuffix(".sql") }.max()
+        #expect(
+            "ferry/" + (newest ?? "") == Ferry.requiredMigration,
+            "a migration was added to sql/ferry: set Ferry.requiredMigration (Sources/FerryGateway/Ferry.swift) to it")
     }
 
     @Test func roleCreationIsSafeWhenManyDatabasesMigrateAtOnce() async throws {

@@ -1,3 +1,4 @@
+import FerryGateway
 import FerryLoad
 import FerryTestSupport
 import Foundation
@@ -63,6 +64,93 @@ struct MissingBinary: Error, CustomStringConvertible {
         return log
     }
 
+    // MARK: - The database at start
+
+    /// Starts `ferry serve` against `databaseURL` with a short database wait, lets it
+    /// end, and returns how it ended and its log.
+    func serveUntilItGivesUp(_ databaseURL: String, wait: String = "1s") async throws -> (ChildProcess.Ending, String) {
+        let log = temporaryLog()
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let server = try startServe(
+            databaseURL, port: try freePort(), log: log, environment: ["FERRY_DATABASE_WAIT": wait])
+        let ending = server.wait(seconds: 60).ending
+        return (ending, try String(contentsOfFile: log, encoding: .utf8))
+    }
+
+    @Test func serveWithNothingListeningAtTheDatabaseWaitsThenExits1() async throws {
+        let url = "postgresql://ferry_gateway@127.0.0.1:\(try freePort())/ferry"
+        let (ending, log) = try await serveUntilItGivesUp(url, wait: "2s")
+        #expect(ending == .exited(1))
+        #expect(log.contains("waiting for the database") && log.contains("could not start"), "\(log)")
+        #expect(log.contains("cannot connect to the database") && log.contains("FERRY_DATABASE_URL"), "\(log)")
+        #expect(!log.contains("serving"))
+    }
+
+    @Test func serveOnADatabaseThatDoesNotExistExits1() async throws {
+        let url = try AccountsDatabase.url(
+            try TestDatabase.maintenanceConfiguration().connectionString, user: "postgres")
+        var components = try #require(URLComponents(string: url))
+        components.path = "/ferry_no_such_database"
+        let (ending, log) = try await serveUntilItGivesUp(try #require(components.string))
+        #expect(ending == .exited(1))
+        #expect(log.contains("cannot connect to the database") && log.contains("ferry_no_such_database"), "\(log)")
+        #expect(!log.contains("serving"))
+    }
+
+    @Test func serveOnADatabaseNeverMigratedExits1SayingToMigrate() async throws {
+        try await TestDatabase.with { database in
+            let (ending, log) = try await serveUntilItGivesUp(database.url)
+            #expect(ending == .exited(1))
+            #expect(log.contains("never migrated") && log.contains("ferry migrate"), "\(log)")
+            #expect(!log.contains("serving"))
+        }
+    }
+
+    @Test func serveOnASchemaOlderThanTheBinaryExits1NamingTheMigration() async throws {
+        try await AccountsDatabase.with { database in
+            _ = try await database.admin.query(
+                "delete from ferry.schema_migrations where name = $1", [Ferry.requiredMigration])
+            let (ending, log) = try await serveUntilItGivesUp(database.gatewayURL)
+            #expect(ending == .exited(1))
+            #expect(
+                log.contains("\(Ferry.requiredMigration) is not applied") && log.contains("ferry migrate"), "\(log)")
+            #expect(!log.contains("serving"))
+        }
+    }
+
+    @Test func serveWaitsForMigrationsThenServes() async throws {
+        try await TestDatabase.with { database in
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let port = try freePort()
+            let server = try startServe(
+                database.url, port: port, log: log, environment: ["FERRY_DATABASE_WAIT": "120s"])
+            try #require(try await waitForLog(log, "waiting for the database", of: server).contains("never migrated"))
+            let admin = try await database.connect()
+            try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(admin)
+            await admin.close()
+            let text = try await waitForLog(log, "serving", of: server, seconds: 60)
+            #expect(text.contains("serving listen=127.0.0.1:\(port)"), "\(text)")
+            #expect(try get("/healthz", port: port).status == 200)
+        }
+    }
+
+    @Test func sigtermWhileWaitingForTheDatabaseStopsAtOnce() async throws {
+        try await TestDatabase.with { database in
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let server = try startServe(
+                database.url, port: try freePort(), log: log, environment: ["FERRY_DATABASE_WAIT": "600s"])
+            try #require(try await waitForLog(log, "waiting for the database", of: server).contains("waiting"))
+            server.send(SIGTERM)
+            #expect(server.wait(seconds: 30) == (.exited(0), false))
+            let text = try String(contentsOfFile: log, encoding: .utf8)
+            #expect(text.contains("stopped before serving") && !text.contains("serving listen"), "\(text)")
+        }
+    }
+
+    // MARK: - The address
+
     @Test func aSecondServeOnAServedAddressExits2NamingTheAddress() async throws {
         try await AccountsDatabase.with { database in
             let (firstLog, secondLog) = (temporaryLog(), temporaryLog())
@@ -109,10 +197,10 @@ struct MissingBinary: Error, CustomStringConvertible {
     /// exist) waits for them, then stops the server gracefully: it must not take the
     /// signal's default action and die with connections open.
     @Test func sigtermWhileStartingStopsGracefully() async throws {
-        try await TestDatabase.with { database in
+        try await AccountsDatabase.with { database in
             let log = temporaryLog()
             defer { try? FileManager.default.removeItem(atPath: log) }
-            let server = try startServe(database.url, port: try freePort(), log: log)
+            let server = try startServe(database.gatewayURL, port: try freePort(), log: log)
             server.send(SIGTERM)
             for _ in 0..<200 where server.isRunning { try await Task.sleep(for: .milliseconds(50)) }
             #expect(server.ended == .exited(0), "still running 10 s after SIGTERM, or ended otherwise")
@@ -127,9 +215,9 @@ struct MissingBinary: Error, CustomStringConvertible {
     /// connection has taken a byte for a second (20 s at most), and a slower machine only
     /// makes the server answer less.
     @Test func fiftyConnectionsThatReadNoAnswersGrowTheGatewayByLessThan64MB() async throws {
-        try await TestDatabase.with { database in
+        try await AccountsDatabase.with { database in
             let port = try freePort()
-            let server = try startServe(database.url, port: port)
+            let server = try startServe(database.gatewayURL, port: port)
             let first = try await firstClient(port: port)
             // Warm up what every answer uses (metrics, the log buffer), and let the memory
             // of starting up go back (it does within a second): the baseline.
@@ -177,9 +265,9 @@ struct MissingBinary: Error, CustomStringConvertible {
     }
 
     @Test func requestInFlightAtSIGTERMCompletesAndTheProcessExits0() async throws {
-        try await TestDatabase.with { database in
+        try await AccountsDatabase.with { database in
             let port = try freePort()
-            let server = try startServe(database.url, port: port)
+            let server = try startServe(database.gatewayURL, port: port)
 
             let inFlight = try await firstClient(port: port)
             inFlight.setTimeout(15)
