@@ -14,6 +14,12 @@ export PATH := /opt/swift/usr/bin:$(PATH)
 endif
 
 FERRY := .build/debug/ferry
+# The commit `ferry version` names (Package.swift reads it; empty without git: "unknown").
+ifndef FERRY_COMMIT
+FERRY_COMMIT := $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && \
+	{ git diff --quiet HEAD 2>/dev/null && echo "$$c" || echo "$$c-modified"; })
+endif
+export FERRY_COMMIT
 # The whole suite takes well under a minute; a hung test fails the run after this long
 # instead of holding CI to its own limit.
 TEST_TIMEOUT ?= 1200

@@ -1,10 +1,16 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+/// The commit `ferry version` names: FERRY_COMMIT from the environment, which the
+/// Makefile sets from git (SwiftPM evaluates the manifest again when it changes; its
+/// own git information would be cached and go stale). Without it, "": unknown.
+let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLetter || $0.isNumber || $0 == "-" })
+
 /// Ferry: a self-hosted sync gateway for offline-first apps.
 ///
 /// Modules depend one way, bottom to top (see docs/ARCHITECTURE.md):
 /// C shims → FerryLoop → FerryHTTP / FerryPostgres → FerryGateway → ferry.
+/// CFerryBuild (the build's commit) is the one C target with code of its own.
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -23,12 +29,14 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
         // MARK: - Ferry
+        /// The build's commit, as a C string: the one value a build can hand the code.
+        .target(name: "CFerryBuild", cSettings: [.define("FERRY_COMMIT", to: "\"\(commit)\"")]),
         .target(name: "FerryLoop", dependencies: ["CLibUV"]),
         .target(name: "FerryHTTP", dependencies: ["FerryLoop", "CHTTPParser", "CWslay", "CCrypto"]),
         .target(name: "FerryPostgres", dependencies: ["FerryLoop", "CLibPQ"]),
         .target(
             name: "FerryGateway",
-            dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CSodium", "CCrypto"],
+            dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CSodium", "CCrypto", "CFerryBuild"],
             resources: []
         ),
         .executableTarget(name: "ferry", dependencies: ["FerryGateway"]),

@@ -304,7 +304,7 @@ public final class Gateway: Sendable {
             .info, "serving",
             [
                 "listen": address.description, "threads": String(configuration.threads),
-                "version": Ferry.version,
+                "version": Ferry.version, "commit": Ferry.commit ?? "unknown",
             ])
         signals.loop.execute { signals.value.serving() }
         withExtendedLifetime(signals) { stopped.wait() }
