@@ -79,6 +79,9 @@ public struct MigrationPlan: Sendable, Equatable {
         case changed(at: String)
         /// Recorded as applied at the given time, but no file has that name any more.
         case missingFile(at: String)
+        /// Recorded as applied at the given time from a directory not given this time:
+        /// not compared with any file.
+        case appliedElsewhere(at: String)
     }
 
     /// One line of the plan.
@@ -100,9 +103,13 @@ public struct MigrationPlan: Sendable, Equatable {
     public var changed: [Entry] { entries.filter { if case .changed = $0.state { true } else { false } } }
     /// How many files are applied and unchanged.
     public var appliedCount: Int { entries.filter { if case .applied = $0.state { true } else { false } }.count }
+    /// How many ledger rows belong to directories not given this time.
+    public var appliedElsewhereCount: Int {
+        entries.filter { if case .appliedElsewhere = $0.state { true } else { false } }.count
+    }
 
     /// Compares the files with the ledger. Ledger rows outside `labels` belong to
-    /// directories not given this time and are left out.
+    /// directories not given this time: listed last, as ``State/appliedElsewhere(at:)``.
     public init(migrations: [Migration], applied: [AppliedMigration], labels: Set<String>) {
         let appliedByName = Dictionary(applied.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         var entries: [Entry] = migrations.map { migration in
@@ -114,11 +121,16 @@ public struct MigrationPlan: Sendable, Equatable {
             return Entry(name: migration.name, state: state, migration: migration)
         }
         let onDisk = Set(migrations.map(\.name))
+        var elsewhere: [Entry] = []
         for record in applied where !onDisk.contains(record.name) {
-            guard let label = record.name.split(separator: "/").first, labels.contains(String(label)) else { continue }
-            entries.append(Entry(name: record.name, state: .missingFile(at: record.appliedAt), migration: nil))
+            if let label = record.name.split(separator: "/").first, labels.contains(String(label)) {
+                entries.append(Entry(name: record.name, state: .missingFile(at: record.appliedAt), migration: nil))
+            } else {
+                elsewhere.append(
+                    Entry(name: record.name, state: .appliedElsewhere(at: record.appliedAt), migration: nil))
+            }
         }
-        self.entries = entries
+        self.entries = entries + elsewhere
     }
 }
 
@@ -131,8 +143,16 @@ extension MigrationPlan {
             case .pending: "pending  \(entry.name)"
             case .changed(let time): "changed  \(entry.name)  applied \(time), the file differs since"
             case .missingFile(let time): "missing  \(entry.name)  applied \(time), no such file now"
+            case .appliedElsewhere(let time): "applied  \(entry.name)  \(time)  (its directory was not given)"
             }
-        } + ["\(appliedCount) applied, \(pending.count) pending, \(changed.count) changed"]
+        } + [summaryLine]
+    }
+
+    private var summaryLine: String {
+        let counts = "\(appliedCount) applied, \(pending.count) pending, \(changed.count) changed"
+        let elsewhere = appliedElsewhereCount
+        guard elsewhere > 0 else { return counts }
+        return counts + "; \(elsewhere) more applied from directories not given (pass their --dir to check them)"
     }
 
     /// What `ferry migrate --dry-run` prints: the files a run would apply, in order.

@@ -32,6 +32,8 @@ enum DevCommand: Command {
         let example = try values.choice("example", examples)!
         let listen = values.string("listen")!
         let sqlRoot = values.string("sql-root")!
+        try MigrateCommand.checkDirectories(
+            sqlRoot: sqlRoot, [(sqlRoot as NSString).appendingPathComponent("examples/\(example)")], values)
         let database = try DatabaseCommand.database(values)
         let startedDatabase: Bool
         do {

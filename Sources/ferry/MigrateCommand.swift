@@ -14,7 +14,10 @@ enum MigrateCommand: Command {
         ferry.schema_migrations records name (e.g. puzzle/0001_placeholder.sql), SHA-256 and
         time. Refuses to run when an applied file has changed. Two migrators on one database
         take turns (advisory lock). Run it as the database owner or a superuser, not as
-        ferry_gateway. Exit status: 0 done, 1 a file failed or changed, 2 bad settings.
+        ferry_gateway. --status lists every file and every row of the ledger, those of
+        directories not given too.
+        Exit status: 0 done, 1 a file failed or changed, or a database error; 2 bad settings
+        (no URL, a --dir or <sql-root>/ferry that is not a directory).
         """
     static let settings: [Setting] = [
         Setting(
@@ -33,8 +36,11 @@ enum MigrateCommand: Command {
     ]
 
     static func run(_ values: SettingValues) throws -> Int32 {
-        let url = try databaseURL(values, environment: ProcessInfo.processInfo.environment)
-        let migrator = Migrator(sqlRoot: values.string("sql-root")!, extraDirectories: values.strings("dir"))
+        let environment = ProcessInfo.processInfo.environment
+        let url = try databaseURL(values, environment: environment)
+        let sqlRoot = values.string("sql-root")!
+        try checkDirectories(sqlRoot: sqlRoot, values.strings("dir"), values)
+        let migrator = Migrator(sqlRoot: sqlRoot, extraDirectories: values.strings("dir"))
         let (status, dryRun, verbose) = (values.isOn("status"), values.isOn("dry-run"), values.isOn("verbose"))
         return try runBlocking {
             do {
@@ -47,19 +53,59 @@ enum MigrateCommand: Command {
             } catch let error as MigrationError {
                 printError("ferry migrate: \(error)")
                 return ExitStatus.failure
+            } catch let error as PostgresError where error.sqlState == "42501" {
+                printError("ferry migrate: \(permissionAdvice(error, url: url))")
+                return ExitStatus.failure
             }
         }
     }
 
+    /// A permission error, with the role that may do it.
+    static func permissionAdvice(_ error: PostgresError, url: String) -> String {
+        let role = (try? PostgresConfiguration(url))?.parameters["user"] ?? "the role of --database-url"
+        return "\(error.message) (SQLSTATE 42501), connected as \(role): ferry migrate reads and writes Ferry's "
+            + "ledger and schema, so run it as the role that owns them (the one that first migrated this "
+            + "database, with BYPASSRLS) or a superuser, in --database-url / FERRY_MIGRATE_DATABASE_URL; "
+            + "ferry_gateway may only read the ledger (docs/OPERATIONS.md, \"Who runs it\")"
+    }
+
+    /// Refuses, as a bad setting, a directory that does not exist: `<sqlRoot>/ferry` (the
+    /// usual cause: running from elsewhere than a checkout without `--sql-root`) or a `--dir`.
+    static func checkDirectories(sqlRoot: String, _ directories: [String], _ values: SettingValues)
+        throws(SettingsError)
+    {
+        let ferry = (sqlRoot as NSString).appendingPathComponent("ferry")
+        guard isDirectory(ferry) else {
+            throw SettingsError(
+                "invalid \(values.name("sql-root")): \(ferry) is not a directory (Ferry's own migrations); pass the "
+                    + "directory holding ferry/, e.g. --sql-root /usr/local/share/ferry/sql")
+        }
+        for directory in directories where !isDirectory(directory) {
+            throw SettingsError("invalid --dir: \(directory) is not a directory")
+        }
+    }
+
+    private static func isDirectory(_ path: String) -> Bool {
+        var isDirectory: ObjCBool = false
+        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue
+    }
+
     /// `--database-url`, else `FERRY_MIGRATE_DATABASE_URL`, else `FERRY_DATABASE_URL`.
+    /// When none is set and `ferry dev`'s database runs here, the error says how to use it.
     static func databaseURL(_ values: SettingValues, environment: [String: String]) throws(SettingsError) -> String {
         guard
             let url = values.string("database-url")
                 ?? environment["FERRY_DATABASE_URL"].flatMap({ $0.isEmpty ? nil : $0 })
         else {
-            throw SettingsError(
+            var message =
                 "missing setting: set FERRY_MIGRATE_DATABASE_URL (or FERRY_DATABASE_URL) or pass --database-url "
-                    + "(PostgreSQL URL of an owner or superuser role)")
+                + "(PostgreSQL URL of an owner or superuser role)"
+            if let development = runningDevelopmentDatabase(environment) {
+                message +=
+                    "; the development database (ferry dev, ferry db) runs here: "
+                    + "ferry migrate --database-url \(development) …, or --database-url \"$(ferry db url)\""
+            }
+            throw SettingsError(message)
         }
         do {
             _ = try PostgresConfiguration(url)
@@ -67,6 +113,18 @@ enum MigrateCommand: Command {
             throw SettingsError("invalid \(values.name("database-url")): \(error.message)")
         }
         return url
+    }
+
+    /// The superuser URL of the development database when it runs under this directory's
+    /// state directory (`FERRY_DEV_STATE_DIR`, `.ferry`), else nil.
+    static func runningDevelopmentDatabase(_ environment: [String: String]) -> String? {
+        guard
+            let values = try? SettingValues(
+                DatabaseCommand.developmentDatabaseSettings, arguments: [], environment: environment),
+            let database = try? DatabaseCommand.database(values),
+            case .running(_, let port) = try? database.status()
+        else { return nil }
+        return database.url(port: port)
     }
 
     /// Connects, runs `body`, and closes the connection however `body` ends.

@@ -37,4 +37,78 @@ import Testing
         }
         #expect(run.lines.dropFirst().first == "schema \(Ferry.requiredMigration), protocol \(Ferry.protocolVersion)")
     }
+
+    @Test func migrateWithoutAURLSaysHowToReachARunningDevelopmentDatabase() async throws {
+        let empty = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-state-\(UUID().uuidString)")
+        let elsewhere = try await runFerry(
+            ["migrate"], databaseURL: nil, environment: ["FERRY_DEV_STATE_DIR": empty.path])
+        #expect(elsewhere.status == 2)
+        #expect(elsewhere.errors.contains("FERRY_MIGRATE_DATABASE_URL") && !elsewhere.errors.contains("ferry dev"))
+
+        // The checkout's development database, which make test runs (its port is the test server's).
+        let port = try TestDatabase.maintenanceConfiguration().parameters["port"] ?? "54329"
+        let development = ["FERRY_DEV_STATE_DIR": Self.root + "/.ferry", "FERRY_DEV_PG_PORT": port]
+        let status = try await runFerry(["db", "status"], databaseURL: nil, environment: development)
+        let here = try await runFerry(["migrate"], databaseURL: nil, environment: development)
+        #expect(here.status == 2)
+        if status.status == 0 {
+            #expect(here.errors.contains("the development database (ferry dev, ferry db) runs here"), "\(here.errors)")
+            #expect(
+                here.errors.contains("--database-url postgresql://postgres@127.0.0.1:\(port)/ferry"), "\(here.errors)")
+        } else {
+            #expect(!here.errors.contains("ferry dev"), "no development database runs: \(status.output)")
+        }
+    }
+
+    @Test func migrateWithADirectoryThatDoesNotExistIsABadSetting() async throws {
+        let run = try await runFerry(
+            ["migrate", "--sql-root", MigratorTests.sqlRoot, "--dir", "/nonexistent/migrations"],
+            databaseURL: "postgresql://nobody@127.0.0.1:1/none")
+        #expect(run.status == 2)
+        #expect(run.errors == "ferry migrate: invalid --dir: /nonexistent/migrations is not a directory\n")
+        let root = try await runFerry(
+            ["migrate", "--sql-root", "/nonexistent"], databaseURL: "postgresql://nobody@127.0.0.1:1/none")
+        #expect(root.status == 2 && root.errors.contains("/nonexistent/ferry is not a directory"), "\(root.errors)")
+    }
+
+    @Test func migrateStatusListsLedgerRowsOfDirectoriesNotGiven() async throws {
+        try await AccountsDatabase.with(examples: ["puzzle"]) { database in
+            let run = try await runFerry(
+                ["migrate", "--status", "--sql-root", MigratorTests.sqlRoot], databaseURL: database.database.url)
+            #expect(run.status == 0, "\(run.errors)")
+            #expect(
+                run.lines.contains {
+                    $0.hasPrefix("applied  puzzle/0002_tables.sql  20") && $0.hasSuffix("(its directory was not given)")
+                }, "\(run.output)")
+            let puzzle = try FileManager.default.contentsOfDirectory(atPath: MigratorTests.sqlRoot + "/examples/puzzle")
+                .filter { $0.hasSuffix(".sql") }
+            #expect(
+                run.lines.last?.hasSuffix(
+                    "; \(puzzle.count) more applied from directories not given (pass their --dir to check them)")
+                    == true, "\(run.output)")
+        }
+    }
+
+    @Test func migrateStatusAsARoleThatMayNotReadTheLedgerSaysWhichRoleToUse() async throws {
+        try await AccountsDatabase.with { database in
+            let role = "ferry_reader_\(UInt32.random(in: 0...UInt32.max))"
+            try await database.admin.execute("create role \(role) login")
+            let run: FerryRun
+            do {
+                run = try await runFerry(
+                    ["migrate", "--status", "--sql-root", MigratorTests.sqlRoot],
+                    databaseURL: try AccountsDatabase.url(database.database.url, user: role))
+            } catch {
+                try await database.admin.execute("drop role \(role)")
+                throw error
+            }
+            #expect(run.status == 1)
+            #expect(
+                run.errors.contains("permission denied") && run.errors.contains("connected as \(role)"), "\(run.errors)"
+            )
+            #expect(
+                run.errors.contains("or a superuser, in --database-url / FERRY_MIGRATE_DATABASE_URL"), "\(run.errors)")
+            try await database.admin.execute("drop role \(role)")
+        }
+    }
 }

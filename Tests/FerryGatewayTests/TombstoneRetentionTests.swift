@@ -268,9 +268,11 @@ struct FerryRun {
     var lines: [String] { output.split(separator: "\n").map(String.init) }
 }
 
-/// Runs the built `ferry` with `FERRY_DATABASE_URL`; output goes to files (a pipe nobody
-/// drains could stall it), read once it exited.
-func runFerry(_ arguments: [String], databaseURL: String) async throws -> FerryRun {
+/// Runs the built `ferry` with `FERRY_DATABASE_URL` (none when nil) and `environment`;
+/// output goes to files (a pipe nobody drains could stall it), read once it exited.
+func runFerry(_ arguments: [String], databaseURL: String?, environment: [String: String] = [:]) async throws
+    -> FerryRun
+{
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-run-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
@@ -278,7 +280,10 @@ func runFerry(_ arguments: [String], databaseURL: String) async throws -> FerryR
     let errorFile = directory.appendingPathComponent("stderr")
     let child = try ChildProcess(
         try ferryExecutable().path, arguments,
-        environment: ["PATH": "/usr/bin:/bin", "FERRY_DATABASE_URL": databaseURL], output: outputFile.path,
+        environment: ["PATH": "/usr/bin:/bin"].merging(databaseURL.map { ["FERRY_DATABASE_URL": $0] } ?? [:]) { a, _ in
+            a
+        }
+        .merging(environment) { _, given in given }, output: outputFile.path,
         errors: errorFile.path)
     let ending = try await offload { child.wait() }
     return FerryRun(
