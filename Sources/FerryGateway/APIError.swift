@@ -41,9 +41,11 @@ struct APIError: Error {
         APIError(status: 401, code: "unauthorized", message: message)
     }
 
-    static func rateLimited(retryAfterSeconds: Int) -> APIError {
+    /// `429 rate_limited` with `Retry-After`; `limit` says which limit was hit, e.g.
+    /// "too many failed sign-ins from this address (20 per hour)".
+    static func rateLimited(retryAfterSeconds: Int, limit: String = "too many requests") -> APIError {
         APIError(
-            status: 429, code: "rate_limited", message: "too many requests; retry after \(retryAfterSeconds) s",
+            status: 429, code: "rate_limited", message: "\(limit); retry after \(retryAfterSeconds) s",
             retryAfterSeconds: retryAfterSeconds)
     }
 

@@ -278,7 +278,8 @@ struct AccountRoutes {
         _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
     ) {
         if case .denied(let retryAfter) = accounts.anonymousSignUps.admit(clientKey(request)) {
-            return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter).response)
+            let limit = "too many anonymous sign-ups from this address (\(accounts.anonymousSignUps.limit) per hour)"
+            return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter, limit: limit).response)
         }
         guard let body = responder.success(of: RequestBody.decode(DeviceRequest.self, from: request)) else { return }
         guard let device = deviceID(body.deviceID) else {
@@ -456,9 +457,14 @@ struct AccountRoutes {
         }
         let email = EmailAddress.normalize(body.email) ?? body.email.lowercased()
         let address = clientKey(request)
-        for (limiter, key) in [(accounts.failedSignInsByEmail, email), (accounts.failedSignInsByAddress, address)] {
+        let limits = [
+            (accounts.failedSignInsByEmail, email, "for this email"),
+            (accounts.failedSignInsByAddress, address, "from this address"),
+        ]
+        for (limiter, key, whose) in limits {
             if case .denied(let retryAfter) = limiter.check(key) {
-                return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter).response)
+                let limit = "too many failed sign-ins \(whose) (\(limiter.limit) per hour)"
+                return responder.respond(APIError.rateLimited(retryAfterSeconds: retryAfter, limit: limit).response)
             }
         }
         let lookup = PostgresStatement(

@@ -160,6 +160,14 @@ public struct GatewayConfiguration: Sendable {
             help: "how old a tombstone must be for the in-process purge, e.g. 30d"),
     ]
 
+    /// The defaults `ferry dev` uses instead of ``settings``' own (a flag or variable
+    /// still wins): local tests and load tests sign up, and developers get passwords
+    /// wrong, far more often than a phone does; production limits would lock them out
+    /// of their own server for an hour.
+    public static let developmentDefaults = [
+        "anonymous-signups-per-hour": "1000000000", "failed-signins-per-hour": "1000000000",
+    ]
+
     /// Validates resolved settings; the error names the offending flag and variable.
     public init(_ values: SettingValues) throws(SettingsError) {
         databaseURL = try Self.postgresURL(values, "database-url")

@@ -53,12 +53,13 @@ public struct SettingValues: Sendable {
     /// Arguments that are not flags, in order (e.g. `start` in `ferry db start`).
     public private(set) var positional: [String] = []
 
-    /// Resolves `settings` from `arguments` (flags win) and `environment`.
+    /// Resolves `settings` from `arguments` (flags win), `environment`, then `defaults`
+    /// (flag → value, in place of a setting's own default: what `ferry dev` changes).
     ///
     /// Accepts `--flag value`, `--flag=value` and bare switches. Unknown flags,
     /// a missing value and a missing required setting are errors.
     public init(
-        _ settings: [Setting], arguments: [String], environment: [String: String]
+        _ settings: [Setting], arguments: [String], environment: [String: String], defaults: [String: String] = [:]
     ) throws(SettingsError) {
         self.settings = Dictionary(settings.map { ($0.flag, $0) }, uniquingKeysWith: { first, _ in first })
         var index = 0
@@ -94,7 +95,7 @@ public struct SettingValues: Sendable {
         for setting in settings where values[setting.flag] == nil {
             if let variable = setting.environment, let value = environment[variable], !value.isEmpty {
                 values[setting.flag] = [setting.isSwitch ? try Self.switchValue(value, variable) : value]
-            } else if let value = setting.defaultValue {
+            } else if let value = defaults[setting.flag] ?? setting.defaultValue {
                 values[setting.flag] = [value]
             } else if !setting.isOptional {
                 let source =

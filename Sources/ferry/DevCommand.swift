@@ -95,16 +95,13 @@ enum DevCommand: Command {
         // The request path logs in as ferry_gateway, so RLS bites in dev as in production;
         // loopback is trusted by the dev cluster, so it needs no password.
         let gatewayURL = "postgresql://ferry_gateway@127.0.0.1:\(port)/\(DevDatabase.databaseName)"
-        // Other FERRY_* variables apply (threads, log format); the URLs are the dev
-        // cluster's, whatever the environment says.
+        // Other FERRY_* variables apply (threads, log format, limits); the URLs are the
+        // dev cluster's, whatever the environment says.
         let gatewayValues = try SettingValues(
             GatewayConfiguration.settings,
-            arguments: [
-                "--database-url", gatewayURL, "--jwt-secret", secret, "--listen", listen,
-                // Local testing and load tests sign up far more often than a phone does.
-                "--anonymous-signups-per-hour", String(Self.developmentSignUpsPerHour),
-            ],
-            environment: ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_LISTEN_DATABASE_URL" })
+            arguments: ["--database-url", gatewayURL, "--jwt-secret", secret, "--listen", listen],
+            environment: ProcessInfo.processInfo.environment.filter { $0.key != "FERRY_LISTEN_DATABASE_URL" },
+            defaults: GatewayConfiguration.developmentDefaults)
         let configuration = try GatewayConfiguration(gatewayValues)
 
         let base =
@@ -118,17 +115,14 @@ enum DevCommand: Command {
               curl -i \(base)/readyz
               curl -s \(base)/metrics
               curl -s -X POST \(base)/v1/auth/anonymous -d '{"device_id":"\(UUID().uuidString.lowercased())"}'
-            Anonymous sign-ups are limited to \(Self.developmentSignUpsPerHour) per address per hour here \
-            (ferry serve: 30 by default).
+            Limits per address per hour here: \(configuration.anonymousSignUpsPerHour) anonymous sign-ups, \
+            \(configuration.failedSignInsPerHour) failed sign-ins (ferry serve: 30 and 20 by default; \
+            FERRY_ANONYMOUS_SIGNUPS_PER_HOUR and FERRY_FAILED_SIGNINS_PER_HOUR set them).
             Ctrl-C stops it.
 
             """)
         return Gateway.serve(configuration)
     }
-
-    /// Anonymous sign-ups per address per hour under `ferry dev`: more than local tests
-    /// and load tests ever make.
-    static let developmentSignUpsPerHour = 1_000_000_000
 
     /// The HS256 secret in `.ferry/dev-secret`: 32 random bytes, base64, made on first
     /// use and kept, so tokens issued by earlier runs stay valid.

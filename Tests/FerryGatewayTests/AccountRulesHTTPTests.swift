@@ -7,10 +7,12 @@ import Testing
 /// another loopback address (127.0.0.2, …), which the gateway sees as the client's.
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct AccountRulesHTTPTests {
-    /// A `429 rate_limited` answer with a usable `Retry-After`.
-    func expectRateLimited(_ response: APIResponse, _ comment: Comment? = nil) {
+    /// A `429 rate_limited` answer with a usable `Retry-After`, whose message names the
+    /// limit that was hit (`limit`).
+    func expectRateLimited(_ response: APIResponse, limit: String, _ comment: Comment? = nil) {
         #expect(response.status == 429, "\(comment?.rawValue ?? ""): \(response)")
         #expect(response.code == "rate_limited")
+        #expect(response.string("error", "message")?.hasPrefix(limit + "; retry after ") == true, "\(response)")
         #expect(response.retryable == true)
         let retryAfter = response.header("Retry-After").flatMap(Int.init)
         #expect(retryAfter.map { (1...3600).contains($0) } == true, "Retry-After: \(String(describing: retryAfter))")
@@ -27,7 +29,7 @@ import Testing
             }
             let third = try await harness.call(
                 "POST", "/v1/auth/anonymous", json: ["device_id": UUID().uuidString], source: "127.0.0.1")
-            expectRateLimited(third)
+            expectRateLimited(third, limit: "too many anonymous sign-ups from this address (2 per hour)")
             #expect(try await harness.database.value("select count(*) from ferry.users") == "2", "no user for a 429")
 
             let elsewhere = try await harness.call(
@@ -56,11 +58,11 @@ import Testing
             // Per email: the right password from a fresh address is refused too.
             expectRateLimited(
                 try await harness.signIn(email: "x@example.com", password: password, source: "127.0.0.2"),
-                "x from another address")
+                limit: "too many failed sign-ins for this email (3 per hour)", "x from another address")
             // Per address: another email from the address that failed is refused.
             expectRateLimited(
                 try await harness.signIn(email: "y@example.com", password: password, source: "127.0.0.1"),
-                "y from the failing address")
+                limit: "too many failed sign-ins from this address (3 per hour)", "y from the failing address")
             // Neither limit reaches another email from another address.
             let other = try await harness.signIn(email: "y@example.com", password: password, source: "127.0.0.3")
             #expect(other.status == 200, "\(other)")

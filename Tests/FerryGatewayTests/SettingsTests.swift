@@ -86,6 +86,25 @@ import Testing
         #expect(error?.description == "invalid FERRY_SHARE_PORT: maybe (expected true or false)")
     }
 
+    /// `ferry dev` must not lock a developer out of their own server for an hour after a
+    /// few wrong passwords, nor refuse a load test's sign-ups; a variable still sets them.
+    @Test func developmentDefaultsRaiseTheSignUpAndFailedSignInLimitsUnlessAVariableSetsThem() throws {
+        func development(_ environment: [String: String]) throws -> GatewayConfiguration {
+            try GatewayConfiguration(
+                SettingValues(
+                    GatewayConfiguration.settings, arguments: [], environment: environment,
+                    defaults: GatewayConfiguration.developmentDefaults))
+        }
+        let raised = try development(Self.environment)
+        #expect(raised.failedSignInsPerHour == 1_000_000_000 && raised.anonymousSignUpsPerHour == 1_000_000_000)
+        var environment = Self.environment
+        environment["FERRY_FAILED_SIGNINS_PER_HOUR"] = "3"
+        let chosen = try development(environment)
+        #expect(chosen.failedSignInsPerHour == 3 && chosen.anonymousSignUpsPerHour == 1_000_000_000)
+        let production = try configuration([])
+        #expect(production.failedSignInsPerHour == 20 && production.anonymousSignUpsPerHour == 30)
+    }
+
     @Test func repeatableSwitchAndPositionalArguments() throws {
         let settings = [
             Setting("dir", help: "a directory", isRepeatable: true),
