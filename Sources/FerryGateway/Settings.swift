@@ -14,7 +14,8 @@ public struct Setting: Sendable {
     /// A flag that takes no value (`--dry-run`); `--flag=false` and its variable say
     /// `true` or `false` (also `1`/`0`, `yes`/`no`, `on`/`off`).
     public let isSwitch: Bool
-    /// A flag that may be given more than once (`--dir a --dir b`).
+    /// A flag that may be given more than once (`--dir a --dir b`); its variable is a
+    /// list separated by `:`, as `PATH` is (`FERRY_MIGRATE_DIRS=a:b`).
     public let isRepeatable: Bool
     /// Whether the setting may be absent without a default.
     public let isOptional: Bool
@@ -94,6 +95,10 @@ public struct SettingValues: Sendable {
         }
         for setting in settings where values[setting.flag] == nil {
             if let variable = setting.environment, let value = environment[variable], !value.isEmpty {
+                if setting.isRepeatable {
+                    values[setting.flag] = value.split(separator: ":").map(String.init)
+                    continue
+                }
                 values[setting.flag] = [setting.isSwitch ? try Self.switchValue(value, variable) : value]
             } else if let value = defaults[setting.flag] ?? setting.defaultValue {
                 values[setting.flag] = [value]
@@ -193,7 +198,9 @@ extension Setting {
             var right = setting.help
             if let variable = setting.environment { right += " [\(variable)]" }
             if let value = setting.defaultValue, !setting.isSecret { right += " (default: \(value))" }
-            if setting.isRepeatable { right += " (repeatable)" }
+            if setting.isRepeatable {
+                right += setting.environment == nil ? " (repeatable)" : " (repeatable; the variable: a:b)"
+            }
             let padding = max(2, 34 - left.count)
             return left + String(repeating: " ", count: padding) + right
         }.joined(separator: "\n")

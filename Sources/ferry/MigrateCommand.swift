@@ -9,13 +9,14 @@ enum MigrateCommand: Command {
     static let usage = """
         ferry migrate [--dir <directory>]… [--status | --dry-run] [options]
 
-        Applies <sql-root>/ferry/*.sql, then each --dir in the order given, each directory's
-        files in file-name order, each file in its own transaction, once: the ledger
-        ferry.schema_migrations records name (e.g. puzzle/0001_placeholder.sql), SHA-256 and
-        time. Refuses to run when an applied file has changed. Two migrators on one database
-        take turns (advisory lock). Run it as the database owner or a superuser, not as
-        ferry_gateway. --status lists every file and every row of the ledger, those of
-        directories not given too.
+        Applies <sql-root>/ferry/*.sql, then each --dir in the order given (without --dir,
+        those of FERRY_MIGRATE_DIRS, separated by ':'), each directory's files in file-name
+        order, each file in its own transaction, once: the ledger ferry.schema_migrations
+        records name (e.g. puzzle/0001_placeholder.sql), SHA-256 and time. Refuses to run
+        when an applied file has changed. Two migrators on one database take turns
+        (advisory lock). Run it as the database owner or a superuser, not as ferry_gateway.
+        --status lists every file and every row of the ledger, those of directories not
+        given too. docs/TABLES.md says how to write your own.
         Exit status: 0 done, 1 a file failed or changed, or a database error; 2 bad settings
         (no URL, a --dir or <sql-root>/ferry that is not a directory).
         """
@@ -28,8 +29,8 @@ enum MigrateCommand: Command {
             "sql-root", env: "FERRY_SQL_ROOT", default: "sql",
             help: "directory holding ferry/ (Ferry's own migrations), relative to the current directory"),
         Setting(
-            "dir", help: "another directory of migrations, applied after Ferry's; labelled by its name",
-            isRepeatable: true),
+            "dir", env: "FERRY_MIGRATE_DIRS",
+            help: "another directory of migrations, applied after Ferry's; labelled by its name", isRepeatable: true),
         Setting("status", help: "list applied, pending and changed files; change nothing", isSwitch: true),
         Setting("dry-run", help: "list the files that would be applied; change nothing", isSwitch: true),
         Setting("verbose", help: "also print a line for each file already applied", isSwitch: true),

@@ -105,6 +105,15 @@ import Testing
         #expect(production.failedSignInsPerHour == 20 && production.anonymousSignUpsPerHour == 30)
     }
 
+    @Test func aRepeatableSettingsVariableIsAListAndFlagsReplaceIt() throws {
+        let settings = [Setting("dir", env: "FERRY_MIGRATE_DIRS", help: "a directory", isRepeatable: true)]
+        let environment = ["FERRY_MIGRATE_DIRS": "/srv/app/migrations:/srv/billing/migrations"]
+        let fromVariable = try SettingValues(settings, arguments: [], environment: environment)
+        #expect(fromVariable.strings("dir") == ["/srv/app/migrations", "/srv/billing/migrations"])
+        let fromFlags = try SettingValues(settings, arguments: ["--dir", "mine"], environment: environment)
+        #expect(fromFlags.strings("dir") == ["mine"])
+    }
+
     @Test func repeatableSwitchAndPositionalArguments() throws {
         let settings = [
             Setting("dir", help: "a directory", isRepeatable: true),
