@@ -2,7 +2,8 @@ import FerryHTTP
 import FerryLoop
 import Foundation
 
-/// One loop's open streams and the cues for them (DESIGN.md "Fan-out"). Loop thread only.
+/// One loop's open streams and the cues for them (docs/ARCHITECTURE.md, "Realtime: the
+/// cue path"). Loop thread only.
 ///
 /// The process's listener hands every loop each batch of notifications; the hub
 /// finds the streams of each cue's user and marks them dirty, merging table names, so

@@ -3,10 +3,10 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-/// DESIGN.md's roles, checked with hand-written SQL on a connection logged in as
-/// `ferry_gateway`, switched to `ferry_client` the way the gateway does per request:
-/// the auth tables are out of reach, the pre-auth functions too, and the functions a
-/// signed-in request may call act on the caller alone.
+/// The roles of docs/OPERATIONS.md ("Roles"), checked with hand-written SQL on a
+/// connection logged in as `ferry_gateway`, switched to `ferry_client` the way the
+/// gateway does per request: the auth tables are out of reach, the pre-auth functions
+/// too, and the functions a signed-in request may call act on the caller alone.
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct AccountIsolationTests {
     /// The auth tables, each with a column to write.
