@@ -96,6 +96,9 @@ public struct MigrationPlan: Sendable, Equatable {
 
     /// Every migration on disk in the order it applies, then applied ones whose file is gone.
     public let entries: [Entry]
+    /// Applied files the ledger records with one of their ``Migrator/earlierChecksums``:
+    /// applied, and due to have the ledger say their current checksum.
+    public let recordedEarlier: [Migration]
 
     /// The files still to apply, in order.
     public var pending: [Migration] { entries.compactMap { $0.state == .pending ? $0.migration : nil } }
@@ -110,16 +113,28 @@ public struct MigrationPlan: Sendable, Equatable {
 
     /// Compares the files with the ledger. Ledger rows outside `labels` belong to
     /// directories not given this time: listed last, as ``State/appliedElsewhere(at:)``.
-    public init(migrations: [Migration], applied: [AppliedMigration], labels: Set<String>) {
+    /// A file recorded with one of its `earlierChecksums` (name → checksums) is applied.
+    public init(
+        migrations: [Migration], applied: [AppliedMigration], labels: Set<String>,
+        earlierChecksums: [String: Set<String>] = [:]
+    ) {
         let appliedByName = Dictionary(applied.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        var recordedEarlier: [Migration] = []
         var entries: [Entry] = migrations.map { migration in
             guard let record = appliedByName[migration.name] else {
                 return Entry(name: migration.name, state: .pending, migration: migration)
+            }
+            if record.checksum != migration.checksum,
+                earlierChecksums[migration.name]?.contains(record.checksum) == true
+            {
+                recordedEarlier.append(migration)
+                return Entry(name: migration.name, state: .applied(at: record.appliedAt), migration: migration)
             }
             let state: State =
                 record.checksum == migration.checksum ? .applied(at: record.appliedAt) : .changed(at: record.appliedAt)
             return Entry(name: migration.name, state: state, migration: migration)
         }
+        self.recordedEarlier = recordedEarlier
         let onDisk = Set(migrations.map(\.name))
         var elsewhere: [Entry] = []
         for record in applied where !onDisk.contains(record.name) {
@@ -230,6 +245,19 @@ public struct Migrator: Sendable {
         $$;
         """
 
+    /// Files of `sql/ferry` whose comments were reworded after they shipped, the SQL
+    /// itself unchanged (issue 10 took out references to a design document outside the
+    /// repository): the checksums they had before, which a database migrated earlier
+    /// still records. They count as applied, and `ferry migrate` records the current
+    /// checksum in their place. Nothing else about an applied file may change.
+    public static let earlierChecksums: [String: Set<String>] = [
+        "ferry/0005_sync_tables_and_push.sql": ["279f70b57d6a1fb1853a1074bec6e06572bd7fc99a12e720cb3bf4163860082c"],
+        "ferry/0006_pull.sql": ["f41b07e37e20cfc5ad520c34ab11cd11fa27c5c76268d705cc40f7d7ec32a6ec"],
+        "ferry/0008_tombstone_retention.sql": ["0e235929c5b138cfc96a93f4335f3bd14251e613080c96f416f5f176992f99a5"],
+        "ferry/0010_cues.sql": ["699508bf5b6588c45c8f8ebc0c118d24aaba286c73affaae83d108eb0f6cefdf"],
+        "ferry/0012_pull_readers.sql": ["ba0cd003a028e9c3f2623ae4c6fa9bbc7d78a74d79c484a025a6b2b2a3e37372"],
+    ]
+
     /// The directories to apply, in order.
     public let directories: [MigrationDirectory]
 
@@ -265,7 +293,9 @@ public struct Migrator: Sendable {
         let migrations = try migrations()
         let exists = try await client.query("select to_regclass('ferry.schema_migrations') is not null")
         let applied = exists[0, 0] == "t" ? try await appliedMigrations(client) : []
-        return MigrationPlan(migrations: migrations, applied: applied, labels: Set(directories.map(\.label)))
+        return MigrationPlan(
+            migrations: migrations, applied: applied, labels: Set(directories.map(\.label)),
+            earlierChecksums: Self.earlierChecksums)
     }
 
     /// Applies every pending file. Refuses to start when an applied file changed;
@@ -332,13 +362,18 @@ public struct Migrator: Sendable {
         try await client.execute(Self.bootstrapSQL)
         let plan = MigrationPlan(
             migrations: migrations, applied: try await appliedMigrations(client),
-            labels: Set(directories.map(\.label)))
+            labels: Set(directories.map(\.label)), earlierChecksums: Self.earlierChecksums)
         if let changed = plan.changed.first {
             let others = plan.changed.count > 1 ? " (and \(plan.changed.count - 1) more)" : ""
             throw MigrationError(
                 "\(changed.name) was changed after it was applied\(others): applied migrations are never edited; "
                     + "restore the file and add a new migration instead",
                 migrationName: changed.name)
+        }
+        for migration in plan.recordedEarlier {
+            _ = try await client.query(
+                "update ferry.schema_migrations set checksum = $2 where name = $1",
+                [migration.name, migration.checksum])
         }
         var applied: [String] = []
         for entry in plan.entries {

@@ -278,6 +278,39 @@ import Testing
         }
     }
 
+    /// A database migrated before sql/ferry's comments were reworded records the files'
+    /// earlier checksums: they stay applied (not `changed`, which would stop every
+    /// migrate), and a run records the current checksums.
+    @Test func ferryFilesWhoseCommentsWereRewordedStayAppliedAndGetTheirNewChecksum() async throws {
+        try await withMigrations([:]) { _, client, _ in
+            let migrator = Migrator(sqlRoot: Self.sqlRoot, extraDirectories: [])
+            try await migrator.migrate(client)
+            let current = try await client.query("select name, checksum from ferry.schema_migrations")
+            let checksums = Dictionary(
+                uniqueKeysWithValues: (0..<current.count).map { (current[$0, 0]!, current[$0, 1]!) })
+            #expect(Migrator.earlierChecksums.count == 5)
+            for (name, earlier) in Migrator.earlierChecksums {
+                #expect(checksums[name] != nil && !earlier.contains(checksums[name]!), "\(name) is a file of sql/ferry")
+                _ = try await client.query(
+                    "update ferry.schema_migrations set checksum = $2 where name = $1", [name, earlier.first!])
+            }
+            let plan = try await migrator.plan(client)
+            #expect(plan.changed.isEmpty && plan.pending.isEmpty, "\(plan.statusLines)")
+            #expect(Set(plan.recordedEarlier.map(\.name)) == Set(Migrator.earlierChecksums.keys))
+            #expect(try await migrator.migrate(client).isEmpty)
+            let after = try await client.query("select name, checksum from ferry.schema_migrations")
+            #expect(
+                (0..<after.count).allSatisfy { checksums[after[$0, 0]!] == after[$0, 1] },
+                "the ledger has the files' checksums")
+            #expect(try await migrator.plan(client).recordedEarlier.isEmpty)
+
+            // Any other checksum is still a changed file.
+            _ = try await client.query(
+                "update ferry.schema_migrations set checksum = 'edited' where name = 'ferry/0006_pull.sql'")
+            #expect(try await migrator.plan(client).changed.map(\.name) == ["ferry/0006_pull.sql"])
+        }
+    }
+
     /// `ferry serve` refuses a database whose ledger lacks `Ferry.requiredMigration`:
     /// a new file in sql/ferry must move it, or a binary would serve a schema older
     /// than its SQL.

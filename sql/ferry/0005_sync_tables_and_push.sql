@@ -3,7 +3,7 @@
 -- Adds
 --   ferry.stamp_row()        the one row trigger function of every synced table: each insert
 --                            and update gets _stamp = pg_current_xact_id() (the change stamp
---                            pull compares with its snapshot cursor, DESIGN.md "Pull cursor")
+--                            pull compares with its snapshot cursor, docs/ARCHITECTURE.md "Sync")
 --                            and updated_at = now() (the server's clock; a client's is ignored)
 --   ferry.register_table()   what operators call in their migrations: checks the table,
 --                            adds the sync columns, the trigger, the (owner, _stamp) index,
@@ -43,8 +43,8 @@ $$;
 
 -- MARK: - Registering a table
 
--- ferry.register_table('game_records', strategy => 'insert_only'): see DESIGN.md's
--- strategies table; owner_column defaults to user_id (ignored for shared), options to {}.
+-- ferry.register_table('game_records', strategy => 'insert_only'): see docs/TABLES.md's
+-- strategies; owner_column defaults to user_id (ignored for shared), options to {}.
 -- Registering again is harmless: it brings the table to what the (new) strategy wants and
 -- updates the registry row. Refusals raise with an errcode and a message naming the table.
 create function ferry.register_table(
@@ -53,7 +53,7 @@ create function ferry.register_table(
 language plpgsql set search_path = '' set client_min_messages = warning
 as $$
 declare
-    -- Named as DESIGN.md calls them (strategy => 'lww'); used by these names below.
+    -- Named as docs/TABLES.md calls them (strategy => 'lww'); used by these names below.
     p_strategy alias for $2;
     p_owner_column alias for $3;
     p_options alias for $4;

@@ -1,4 +1,4 @@
--- 0006_pull: GET /v1/pull over the snapshot cursor of DESIGN.md ("Pull cursor").
+-- 0006_pull: GET /v1/pull over a snapshot cursor (docs/ARCHITECTURE.md, "Sync").
 --
 -- Adds
 --   ferry.pull(text, integer)   the body of GET /v1/pull, run as ferry_client (SECURITY

@@ -1,5 +1,5 @@
 -- 0008_tombstone_retention: purging old tombstones, the purge horizon, and cursor_expired
--- in pull (DESIGN.md "Pull cursor", PROTOCOL.md "Pull", issue 4 item 4).
+-- in pull (docs/ARCHITECTURE.md "Sync", PROTOCOL.md "Pull", issue 4 item 4).
 --
 -- Adds
 --   ferry.purge_horizon             one row: what purges have removed so far

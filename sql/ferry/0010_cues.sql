@@ -1,5 +1,5 @@
 -- 0010_cues: every write to a synced table cues its owners' devices (PROTOCOL.md "Streams",
--- DESIGN.md "The SQL contract", issue 5 item 1).
+-- docs/ARCHITECTURE.md "Cues in SQL", issue 5 item 1).
 --
 -- Adds
 --   ferry.send_cues()        the one statement-level trigger function of every synced table.

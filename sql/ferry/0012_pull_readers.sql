@@ -1,5 +1,5 @@
 -- 0012_pull_readers: pull reads each synced table through a function of its own whose
--- SQL is static, so PostgreSQL keeps its plans (DESIGN.md "Pull cursor", issue 4).
+-- SQL is static, so PostgreSQL keeps its plans (docs/ARCHITECTURE.md "Sync", issue 4).
 --
 -- Why: 0006's pull built each table's query as text and ran it with EXECUTE, which
 -- PostgreSQL parses, analyses and plans anew every time. With the puzzle app's seven
