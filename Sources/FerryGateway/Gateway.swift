@@ -104,11 +104,13 @@ public final class Gateway: Sendable {
     /// Whether the LISTEN connection is up (for `/readyz`). Safe from any thread.
     public var isListenerConnected: Bool { listenerStatus.isConnected }
 
-    /// Connects the listener and starts serving; returns the bound address.
+    /// Starts serving, then connects the listener; returns the bound address. An
+    /// address that cannot be served throws before the listener connects.
     @discardableResult
     public func start() throws -> SocketAddress {
         // A peer that closes while we write must be an EPIPE error, not a signal that kills us.
         signal(SIGPIPE, SIG_IGN)
+        let address = try server.start()
         let listener = self.listener
         let logger = self.logger
         let status = listenerStatus
@@ -144,7 +146,7 @@ public final class Gateway: Sendable {
         if let purger {
             purger.loop.execute { purger.value.start() }
         }
-        return try server.start()
+        return address
     }
 
     /// Runs the schema check on the first loop's pool until it passes, `seconds` pass,
@@ -283,14 +285,25 @@ public final class Gateway: Sendable {
             exit(1)
         }
         pthread_sigmask(SIG_UNBLOCK, &shutdownSignals, nil)
+        // Stops what started before serving, so that the process exits with no loop
+        // running: exit() while loop threads run raced with their work (SIGABRT).
+        func stopBeforeServing(_ status: Int32) -> Int32 {
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                await gateway.shutdown()
+                done.signal()
+            }
+            done.wait()
+            return status
+        }
         let check = gateway.waitForDatabase(seconds: configuration.databaseWaitSeconds, interruption: interruption)
         guard check == .ready else {
             if interruption.isInterrupted {
                 logger.log(.info, "stopped before serving", ["reason": check.advice])
-                return 0
+                return stopBeforeServing(0)
             }
             logger.log(.error, "could not start", ["error": check.advice])
-            return 1
+            return stopBeforeServing(1)
         }
         let address: SocketAddress
         do {
@@ -298,7 +311,7 @@ public final class Gateway: Sendable {
         } catch {
             let (message, status) = startFailure(error, configuration)
             logger.log(.error, "could not start", ["error": message])
-            return status
+            return stopBeforeServing(status)
         }
         logger.log(
             .info, "serving",

@@ -80,7 +80,7 @@ struct MissingBinary: Error, CustomStringConvertible {
     @Test func serveWithNothingListeningAtTheDatabaseWaitsThenExits1() async throws {
         let url = "postgresql://ferry_gateway@127.0.0.1:\(try freePort())/ferry"
         let (ending, log) = try await serveUntilItGivesUp(url, wait: "2s")
-        #expect(ending == .exited(1))
+        #expect(ending == .exited(1), "\(log)")
         #expect(log.contains("waiting for the database") && log.contains("could not start"), "\(log)")
         #expect(log.contains("cannot connect to the database") && log.contains("FERRY_DATABASE_URL"), "\(log)")
         #expect(!log.contains("serving"))
@@ -92,7 +92,7 @@ struct MissingBinary: Error, CustomStringConvertible {
         var components = try #require(URLComponents(string: url))
         components.path = "/ferry_no_such_database"
         let (ending, log) = try await serveUntilItGivesUp(try #require(components.string))
-        #expect(ending == .exited(1))
+        #expect(ending == .exited(1), "\(log)")
         #expect(log.contains("cannot connect to the database") && log.contains("ferry_no_such_database"), "\(log)")
         #expect(!log.contains("serving"))
     }
@@ -100,7 +100,7 @@ struct MissingBinary: Error, CustomStringConvertible {
     @Test func serveOnADatabaseNeverMigratedExits1SayingToMigrate() async throws {
         try await TestDatabase.with { database in
             let (ending, log) = try await serveUntilItGivesUp(database.url)
-            #expect(ending == .exited(1))
+            #expect(ending == .exited(1), "\(log)")
             #expect(log.contains("never migrated") && log.contains("ferry migrate"), "\(log)")
             #expect(!log.contains("serving"))
         }
@@ -111,7 +111,7 @@ struct MissingBinary: Error, CustomStringConvertible {
             _ = try await database.admin.query(
                 "delete from ferry.schema_migrations where name = $1", [Ferry.requiredMigration])
             let (ending, log) = try await serveUntilItGivesUp(database.gatewayURL)
-            #expect(ending == .exited(1))
+            #expect(ending == .exited(1), "\(log)")
             #expect(
                 log.contains("\(Ferry.requiredMigration) is not applied") && log.contains("ferry migrate"), "\(log)")
             #expect(!log.contains("serving"))
@@ -159,8 +159,9 @@ struct MissingBinary: Error, CustomStringConvertible {
             let first = try startServe(database.gatewayURL, port: port, log: firstLog)
             try #require(try await waitForLog(firstLog, "serving", of: first).contains("serving"))
             let second = try startServe(database.gatewayURL, port: port, log: secondLog)
-            #expect(second.wait(seconds: 30).ending == .exited(2))
+            let ending = second.wait(seconds: 30).ending
             let text = try String(contentsOfFile: secondLog, encoding: .utf8)
+            #expect(ending == .exited(2), "\(text)")
             #expect(text.contains("127.0.0.1:\(port) is already served") && text.contains("--share-port"), "\(text)")
             #expect(!text.contains("serving"))
             #expect(first.isRunning)
