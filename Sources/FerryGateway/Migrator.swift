@@ -335,7 +335,7 @@ public struct Migrator: Sendable {
             let (table, key, owner) = (row[0] ?? "", row[1] ?? "", row[2] ?? "")
             return "warning: \(table) is keyed by (\(key)) without its owner column \(owner), so all users share "
                 + "its keys and one user's key refuses another's: key it by (\(owner), \(key)), or register it "
-                + #"with options => '{"global_key": true}' (docs/OPERATIONS.md, "Keys of per-user tables")"#
+                + #"with options => '{"global_key": true}' (docs/TABLES.md, "Keys")"#
         }
     }
 

@@ -6,7 +6,7 @@ import Testing
 
 @testable import FerryGateway
 
-/// docs/OPERATIONS.md, "Keys of per-user tables": a table clients write whose primary key
+/// docs/TABLES.md, "Keys": a table clients write whose primary key
 /// leaves its owner out is one key space for all users, so `ferry migrate` (and
 /// `ferry.register_table`) warn about it unless its options say the key is global; the
 /// example apps key their per-user tables within their owner, and push, pull and the
