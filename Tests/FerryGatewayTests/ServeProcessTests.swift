@@ -151,13 +151,23 @@ struct MissingBinary: Error, CustomStringConvertible {
 
     // MARK: - The address
 
-    @Test func aSecondServeOnAServedAddressExits2NamingTheAddress() async throws {
+    /// A migrated database served by `ferry serve` on a free port; `body` gets the
+    /// database, that process, its port and a fresh log path for a second process.
+    func withServingProcess(
+        _ body: (AccountsDatabase, ChildProcess, Int, String) async throws -> Void
+    ) async throws {
         try await AccountsDatabase.with { database in
             let (firstLog, secondLog) = (temporaryLog(), temporaryLog())
             defer { for log in [firstLog, secondLog] { try? FileManager.default.removeItem(atPath: log) } }
             let port = try freePort()
             let first = try startServe(database.gatewayURL, port: port, log: firstLog)
             try #require(try await waitForLog(firstLog, "serving", of: first).contains("serving"))
+            try await body(database, first, port, secondLog)
+        }
+    }
+
+    @Test func aSecondServeOnAServedAddressExits2NamingTheAddress() async throws {
+        try await withServingProcess { database, first, port, secondLog in
             let second = try startServe(database.gatewayURL, port: port, log: secondLog)
             let ending = second.wait(seconds: 30).ending
             let text = try String(contentsOfFile: secondLog, encoding: .utf8)
@@ -170,12 +180,7 @@ struct MissingBinary: Error, CustomStringConvertible {
     }
 
     @Test func serveWithSharePortJoinsAServedAddress() async throws {
-        try await AccountsDatabase.with { database in
-            let (firstLog, secondLog) = (temporaryLog(), temporaryLog())
-            defer { for log in [firstLog, secondLog] { try? FileManager.default.removeItem(atPath: log) } }
-            let port = try freePort()
-            let first = try startServe(database.gatewayURL, port: port, log: firstLog)
-            try #require(try await waitForLog(firstLog, "serving", of: first).contains("serving"))
+        try await withServingProcess { database, first, port, secondLog in
             let second = try startServe(
                 database.gatewayURL, port: port, log: secondLog, environment: ["FERRY_SHARE_PORT": "true"])
             let text = try await waitForLog(secondLog, "serving", of: second)
