@@ -23,6 +23,9 @@ public final class EventLoop: @unchecked Sendable {
     /// A scratch buffer for reads: callbacks on one loop never overlap, so every
     /// connection of the loop can share it (64 KiB per loop, not per connection).
     package let readBuffer: UnsafeMutableRawBufferPointer
+    /// The ``TCPConnection`` objects of this loop that exist, open or closed: one that a
+    /// closed connection's owner (an HTTP connection, a stream) kept alive shows here.
+    package let liveTCPConnections = LiveInstanceCount()
 
     private struct PendingWork {
         var tasks: [@Sendable () -> Void] = []

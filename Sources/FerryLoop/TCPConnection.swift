@@ -60,6 +60,11 @@ public final class TCPConnection {
         self.loop = loop
         self.handle = initializedHandle
         handle.pointee.data = Unmanaged.passRetained(self).toOpaque()
+        loop.liveTCPConnections.increment()
+    }
+
+    deinit {
+        loop.liveTCPConnections.decrement()
     }
 
     /// Bytes handed to ``write(_:)`` that the kernel has not taken yet.
