@@ -36,6 +36,9 @@ final class CueHub {
 
     /// Streams open on this loop.
     private(set) var streamCount = 0
+    /// The ``StreamSubscriber`` objects of this hub that exist, open or closed: one that
+    /// outlived its stream's close shows here. Any thread.
+    let liveSubscribers = LiveInstanceCount()
 
     init(loop: EventLoop, settings: Settings, accounts: Accounts, quota: StreamQuota, metrics: LoopMetrics) {
         self.loop = loop
@@ -61,7 +64,7 @@ final class CueHub {
         }
         let subscriber = StreamSubscriber(
             stream: stream, claims: claims, expiresAt: accounts.tokens.acceptedUntil(claims),
-            nextHeartbeat: loop.now + UInt64(settings.heartbeatMilliseconds))
+            nextHeartbeat: loop.now + UInt64(settings.heartbeatMilliseconds), liveCount: liveSubscribers)
         stream.onClose = { [unowned self, unowned subscriber] in remove(subscriber) }
         stream.onWritable = { [unowned self, unowned subscriber] in
             subscriber.drainedSinceHeartbeat = true
@@ -86,6 +89,9 @@ final class CueHub {
 
     private func remove(_ subscriber: StreamSubscriber) {
         subscriber.isClosing = true
+        // Its deadline would keep the subscriber (and its stream and connection) until
+        // the wheel reached it, and never while the loop has no stream to tick for.
+        wheel.cancel(subscriber)
         quota.release(subscriber.userID)
         metrics.streamClosed(subscriber.stream.transport)
         streamCount -= 1
@@ -242,9 +248,7 @@ final class CueHub {
     // MARK: - Deadlines
 
     private func tick() {
-        for (subscriber, deadline) in wheel.advance(to: loop.now) where subscriber.deadline == deadline {
-            checkDeadlines(subscriber)  // an entry whose deadline changed since is stale: skipped
-        }
+        for (subscriber, _) in wheel.advance(to: loop.now) { checkDeadlines(subscriber) }
     }
 
     /// Does whatever is due for `subscriber` (expiry, the token warning, a heartbeat)
@@ -280,7 +284,6 @@ final class CueHub {
         if !subscriber.hasWarned {
             deadline = min(deadline, now + UInt64(expiresInMilliseconds - warningMilliseconds))
         }
-        subscriber.deadline = deadline
         wheel.schedule(subscriber, at: deadline)
     }
 
@@ -301,7 +304,7 @@ final class CueHub {
 }
 
 /// One open stream as the hub sees it. Loop thread only.
-final class StreamSubscriber {
+final class StreamSubscriber: TimingWheelElement {
     let stream: any EventStream
     let userID: UUID
     let deviceID: String
@@ -310,23 +313,33 @@ final class StreamSubscriber {
     var expiresAt: Int
     var hasWarned = false
     var pending: PendingCue?
-    /// The wheel deadline in force (loop milliseconds); older wheel entries are stale.
-    var deadline: UInt64 = 0
+    /// Where its next deadline is in the hub's wheel.
+    var wheelPosition: TimingWheelPosition?
     var nextHeartbeat: UInt64
     var stalledAtLastHeartbeat = false
     var drainedSinceHeartbeat = false
     var isClosing = false
+    private let liveCount: LiveInstanceCount
 
     /// Whether messages can still go out: neither side has started closing.
     var isWritable: Bool { !isClosing && stream.isOpen }
 
-    init(stream: any EventStream, claims: AccessTokenClaims, expiresAt: Int, nextHeartbeat: UInt64) {
+    init(
+        stream: any EventStream, claims: AccessTokenClaims, expiresAt: Int, nextHeartbeat: UInt64,
+        liveCount: LiveInstanceCount
+    ) {
         self.stream = stream
         userID = claims.userID
         deviceID = claims.deviceID
         sessionID = claims.sessionID
         self.expiresAt = expiresAt
         self.nextHeartbeat = nextHeartbeat
+        self.liveCount = liveCount
+        liveCount.increment()
+    }
+
+    deinit {
+        liveCount.decrement()
     }
 }
 

@@ -62,8 +62,9 @@ import Testing
         #expect(pending.since == 5)
     }
 
-    final class Item {
+    final class Item: TimingWheelElement {
         let name: String
+        var wheelPosition: TimingWheelPosition?
         init(_ name: String) { self.name = name }
     }
 
@@ -96,5 +97,37 @@ import Testing
         #expect(fired.count == 2)
         fired += wheel.advance(to: 5_100).map(\.element.name)
         #expect(fired.last == "past")
+    }
+
+    @Test func aRescheduledElementFiresOnceAtItsNewDeadline() {
+        var wheel = TimingWheel<Item>(tickMilliseconds: 100, slotCount: 8, now: 0)
+        let item = Item("moved")
+        wheel.schedule(item, at: 200)
+        wheel.schedule(Item("stays"), at: 200)
+        wheel.schedule(item, at: 500)
+        #expect(wheel.count == 2)
+        #expect(wheel.advance(to: 200).map(\.element.name) == ["stays"])
+        #expect(wheel.advance(to: 400).isEmpty)
+        #expect(wheel.advance(to: 500).map(\.element.name) == ["moved"])
+        #expect(wheel.count == 0)
+    }
+
+    @Test func aCancelledElementIsNoLongerHeldAndOthersInItsSlotStillFire() {
+        var wheel = TimingWheel<Item>(tickMilliseconds: 100, slotCount: 8, now: 0)
+        weak var gone: Item?
+        do {
+            let cancelled = Item("cancelled")
+            gone = cancelled
+            wheel.schedule(Item("first"), at: 300)
+            wheel.schedule(cancelled, at: 300)
+            wheel.schedule(Item("last"), at: 300)
+            wheel.cancel(cancelled)
+            wheel.cancel(cancelled)
+            #expect(cancelled.wheelPosition == nil)
+        }
+        #expect(gone == nil, "the wheel still holds a cancelled element")
+        #expect(wheel.count == 2)
+        #expect(wheel.advance(to: 300).map(\.element.name).sorted() == ["first", "last"])
+        #expect(wheel.count == 0)
     }
 }

@@ -1,3 +1,4 @@
+import FerryLoop
 import FerryPostgres
 import FerryTestSupport
 import Foundation
@@ -376,6 +377,112 @@ import Testing
             let close = try await stream.nextCloseAsync()
             #expect(close.code == 1001, "\(close)")
         }
+    }
+
+    // MARK: - What a closed stream leaves behind
+
+    /// The ways a stream ends, many times over: the client hangs up or (WebSocket) sends a
+    /// close frame; the server closes it for a sign-out (4003) or at its token's end
+    /// (4001, from the loop's deadline timer). Afterwards the gateway holds no TCP
+    /// connection and no stream of any of them.
+    @Test(arguments: transports)
+    func closedStreamsLeaveNoConnectionOrStreamBehind(transport: StreamTestClient.Transport) async throws {
+        try await withAccountsGateway(
+            arguments: ["--anonymous-signups-per-hour", "1000", "--token-leeway", "0"]
+        ) { harness in
+            let live = try await LiveStreamObjects(harness.gateway)
+            let cycles = 20
+            // Streams whose tokens end in three seconds, closed by the server meanwhile.
+            var expiring: [StreamTestClient] = []
+            for _ in 0..<cycles {
+                let session = try await harness.signUpAnonymous()
+                expiring.append(
+                    try await harness.openStream(session, transport, token: harness.token(for: session, expiresIn: 3)))
+            }
+            for _ in 0..<cycles {
+                let session = try await harness.signUpAnonymous()
+                let hangingUp = try await harness.openStream(session, transport)
+                _ = try await hangingUp.nextMessageAsync(ofType: "hello")
+                hangingUp.close()
+
+                let signingOut = try await harness.openStream(session, transport)
+                _ = try await signingOut.nextMessageAsync(ofType: "hello")
+                #expect(try await harness.call("POST", "/v1/auth/signout", token: session.accessToken).status == 204)
+                #expect(try await signingOut.nextCloseAsync().code == 4003)
+                signingOut.close()
+
+                guard transport == .webSocket else { continue }
+                let closing = try await harness.openStream(try await harness.signUpAnonymous(), transport)
+                _ = try await closing.nextMessageAsync(ofType: "hello")
+                let (answer, ended) = try await offload {
+                    try closing.sendFrame(opcode: 0x8, [0x03, 0xE8])
+                    return (try closing.nextClose().code, closing.socket.waitForClose())
+                }
+                #expect(answer == 1000 && ended)
+                closing.close()
+            }
+            for stream in expiring {
+                #expect(try await stream.nextCloseAsync().code == 4001)
+                stream.close()
+            }
+            #expect(try await harness.metric("ferry_streams_open", becomes: 0) == 0)
+            let left = try await live.settled()
+            #expect(left.connections == 0 && left.streams == 0, "\(left) left behind")
+        }
+    }
+
+    /// Shutdown closes every stream 1001, and then nothing of them is left.
+    @Test func streamsClosedByShutdownLeaveNothingBehind() async throws {
+        try await AccountsDatabase.with { database in
+            let (gateway, live, streams) = try await withStartedGateway(databaseURL: database.gatewayURL) {
+                gateway, port in
+                let harness = AccountsGateway(database: database, gateway: gateway, port: port)
+                var streams: [StreamTestClient] = []
+                for transport in Self.transports {
+                    for _ in 0..<10 {
+                        let stream = try await harness.openStream(try await harness.signUpAnonymous(), transport)
+                        _ = try await stream.nextMessageAsync(ofType: "hello")
+                        streams.append(stream)
+                    }
+                }
+                return (gateway, try await LiveStreamObjects(gateway), streams)
+            }
+            for stream in streams {
+                #expect(try await stream.nextCloseAsync().code == 1001)
+                stream.close()
+            }
+            let left = try await live.settled()
+            #expect(left.connections == 0 && left.streams == 0, "\(left) left behind")
+            // The stopped gateway itself stays until here: what it still holds must be nothing.
+            withExtendedLifetime(gateway) {}
+        }
+    }
+}
+
+/// The gateway's live ``TCPConnection`` and ``StreamSubscriber`` objects, over every loop.
+/// Each stream object holds its connection, and each subscriber its stream, so a stream
+/// that outlives its close keeps both counts up. Readable after the gateway stopped.
+private struct LiveStreamObjects: Sendable {
+    let counts: [(connections: LiveInstanceCount, streams: LiveInstanceCount)]
+
+    init(_ gateway: Gateway) async throws {
+        let workers = gateway.workers
+        counts = try await offload {
+            workers.map { worker in
+                (worker.loop.liveTCPConnections, worker.loop.runAndWait { worker.value.hub.liveSubscribers })
+            }
+        }
+    }
+
+    var now: (connections: Int, streams: Int) {
+        (counts.map(\.connections.value).reduce(0, +), counts.map(\.streams.value).reduce(0, +))
+    }
+
+    /// The counts once they reach zero, or as they are after ten seconds: the last
+    /// closes reach the server after the client has seen them.
+    func settled() async throws -> (connections: Int, streams: Int) {
+        for _ in 0..<200 where now != (0, 0) { try await Task.sleep(for: .milliseconds(50)) }
+        return now
     }
 }
 
