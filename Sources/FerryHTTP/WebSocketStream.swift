@@ -13,9 +13,11 @@ import FerryLoop
 /// wslay enforces the protocol: an unmasked client frame closes with 1002, a message
 /// over the size limit with 1009, a text message that is not UTF-8 with 1007; pings are
 /// answered with pongs and a peer's close frame is answered with one. The stream adds
-/// 1003 for binary messages. The connection closes once close frames went both ways,
-/// after a protocol error, or ``closeTimeoutMilliseconds`` after our close frame if the
-/// peer never answers. The connection keeps the stream alive (it is the delegate) until
+/// 1003 for binary messages, and 1002 for a one-byte close body and for the frames
+/// wslay's parser refuses without a code (a control frame fragmented or over 125
+/// bytes). The connection closes once close frames went both ways, after a protocol
+/// error, or ``closeTimeoutMilliseconds`` after our close frame if the peer never
+/// answers. The connection keeps the stream alive (it is the delegate) until
 /// it closes.
 public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     /// The connection the stream speaks on.
@@ -76,7 +78,8 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             },
             genmask_callback: nil,
             on_frame_recv_start_callback: { _, argument, userData in
-                WebSocketStream.from(userData).frameStarted(opcode: argument!.pointee.opcode)
+                WebSocketStream.from(userData).frameStarted(
+                    opcode: argument!.pointee.opcode, payloadLength: argument!.pointee.payload_length)
             },
             on_frame_recv_chunk_callback: nil,
             on_frame_recv_end_callback: nil,
@@ -208,10 +211,14 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
         return bytes.count
     }
 
-    private func frameStarted(opcode: UInt8) {
+    private func frameStarted(opcode: UInt8, payloadLength: UInt64) {
         if opcode == UInt8(WSLAY_BINARY_FRAME.rawValue) {
             // Ferry's messages are JSON text; refuse before buffering a binary message.
             fail(code: UInt16(WSLAY_CODE_UNSUPPORTED_DATA.rawValue))
+        } else if opcode == UInt8(WSLAY_CONNECTION_CLOSE.rawValue) && payloadLength == 1 {
+            // A close body is a two-byte code (and a reason) or nothing; wslay would take
+            // one byte as "no code" and answer without one.
+            fail(code: UInt16(WSLAY_CODE_PROTOCOL_ERROR.rawValue))
         }
     }
 
@@ -270,11 +277,35 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
         let status = wslay_event_recv(context)
         isReceiving = false
         input = UnsafeRawBufferPointer(start: nil, count: 0)
+        if status == WSLAY_ERR_CALLBACK_FAILURE.rawValue {
+            return failFraming()
+        }
         guard status == 0 else {
             tcp.close()
             return
         }
         flush()
+    }
+
+    /// A close frame with 1002 (protocol error) and no reason, as a server sends it.
+    private static let protocolErrorClose: [UInt8] = [0x88, 0x02, 0x03, 0xEA]
+
+    /// wslay's frame parser refused a frame header: a control frame over 125 bytes or
+    /// fragmented, or a payload length not in its shortest form. wslay reports that as a
+    /// callback failure (our callbacks never fail otherwise) and queues a close frame
+    /// without a code, where RFC 6455 wants 1002; so the close frame is written here,
+    /// frames wslay still holds are dropped, and the connection closes after it.
+    private func failFraming() {
+        guard let context, wslay_event_get_close_sent(context) == 0 else {
+            tcp.close()
+            return
+        }
+        closeQueuedByUs = true
+        isClosingConnection = true
+        closeTimer?.close()
+        closeTimer = nil
+        tcp.write(Self.protocolErrorClose)
+        tcp.closeAfterWrites()
     }
 
     public func connectionDidReachEnd(_ connection: TCPConnection) {

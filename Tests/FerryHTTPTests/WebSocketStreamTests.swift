@@ -200,10 +200,16 @@ final class RawWebSocket {
     /// The protocol errors a client can make, each with the close code RFC 6455 gives it.
     enum FrameError: String, CaseIterable, Sendable {
         case unmasked, oversized, badUTF8, binary
+        /// A ping split over two frames: control frames must not be fragmented (5.5).
+        case fragmentedPing
+        /// A ping with 126 bytes: a control frame's payload is at most 125 (5.5).
+        case oversizedPing
+        /// A close frame with one byte: a body is a two-byte code and a reason, or nothing (5.5.1).
+        case oneByteClose
 
         var code: UInt16 {
             switch self {
-            case .unmasked: 1002
+            case .unmasked, .fragmentedPing, .oversizedPing, .oneByteClose: 1002
             case .oversized: 1009
             case .badUTF8: 1007
             case .binary: 1003
@@ -216,6 +222,11 @@ final class RawWebSocket {
             case .oversized: try socket.send(opcode: 0x1, [UInt8](repeating: 0x61, count: 2000))
             case .badUTF8: try socket.send(opcode: 0x1, [0x61, 0xC3, 0x28])
             case .binary: try socket.send(opcode: 0x2, [1, 2, 3])
+            case .fragmentedPing:
+                try socket.send(opcode: 0x9, Array("pi".utf8), fin: false)
+                try socket.send(opcode: 0x0, Array("ng".utf8))
+            case .oversizedPing: try socket.send(opcode: 0x9, [UInt8](repeating: 0x70, count: 126))
+            case .oneByteClose: try socket.send(opcode: 0x8, [0x03])
             }
         }
 
