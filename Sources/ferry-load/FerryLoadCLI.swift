@@ -19,6 +19,9 @@ enum FerryLoadCLI {
           broadcast  --url U --tokens FILE --streams N --database-url DB [--table bench_news]
                      [--rounds 5] [stream options]
                      one statement on a shared table: commit -> the last stream's cue
+          churn      --url U --tokens FILE --streams N --server-pids P[,P...] [--rounds 40]
+                     [--pause-seconds 0] [stream options]
+                     open N streams, hang up, again: the servers' memory growth per stream lifecycle
           streams    (a worker the commands above start; reads commands on standard input)
 
         stream options: --transport websocket|sse (websocket) --server-pids P[,P...] (memory figures)
@@ -44,6 +47,7 @@ enum FerryLoadCLI {
             case "idle": try Measurements.idle(options)
             case "latency": try Measurements.latency(options)
             case "broadcast": try Measurements.broadcast(options)
+            case "churn": try Measurements.churn(options)
             default: throw UsageError("unknown command \(command)")
             }
             exit(0)

@@ -3,7 +3,8 @@ import FerryLoop
 import FerryPostgres
 import Foundation
 
-/// The three measurements of bench/realtime.sh. Each prints `name value` lines.
+/// The measurements of bench/realtime.sh (idle, latency, broadcast) and
+/// bench/stream-churn.sh (churn). Each prints `name value` lines.
 enum Measurements {
     // MARK: - Idle streams
 
@@ -25,6 +26,41 @@ enum Measurements {
         printLine("streams_open_after_settle \(open)")
         reportMemory(before: before, after: after, streams: open)
         guard open == count else { throw LoadError("\(count - open) of \(count) streams did not stay open") }
+    }
+
+    // MARK: - Stream churn
+
+    /// Opens N streams, lets every client hang up once all said hello, and does it again,
+    /// `--rounds` times (`--pause-seconds` apart); reports the servers' resident memory after
+    /// each round and what it grew by per stream lifecycle after the first round, which
+    /// warms the allocator and the servers' token caches. The same N users every round.
+    static func churn(_ options: Options) throws {
+        let count = try options.integer("streams")
+        let rounds = max(2, try options.integer("rounds", default: 40))
+        let pause = try options.double("pause-seconds", default: 0)
+        let servers = try serverPIDs(options)
+        printLine("churn_streams \(count)")
+        printLine("churn_transport \(options.string("transport", default: "websocket"))")
+        printLine("churn_rounds \(rounds)")
+        let before = try residentKiB(servers)
+        var warmed = before
+        var last = before
+        for round in 1...rounds {
+            let fleet = try StreamFleet(options: options, count: count)
+            let opened = fleet.opened
+            // Each worker closes its streams' sockets and exits.
+            fleet.stop()
+            guard opened == count else { throw LoadError("round \(round): only \(opened) of \(count) streams opened") }
+            if pause > 0 { Thread.sleep(forTimeInterval: pause) }
+            last = try residentKiB(servers)
+            printLine("churn_round \(round) server_rss_kib \(last)")
+            if round == 1 { warmed = last }
+        }
+        printLine("server_rss_before_kib \(before)")
+        printLine("server_rss_after_first_round_kib \(warmed)")
+        printLine("server_rss_after_kib \(last)")
+        let lifecycles = Double(count * (rounds - 1))
+        printLine("server_bytes_per_stream_lifecycle \(Int((Double(last - warmed) * 1024 / lifecycles).rounded()))")
     }
 
     // MARK: - Cue latency
