@@ -73,15 +73,16 @@ import Testing
         #expect(!server.log.all.contains { $0.hasPrefix("message 1") })
     }
 
-    /// RFC 6455 keeps the length's high bit zero: such a frame ends the connection (the
-    /// close code it gets is the control-frame errors' one), and other streams go on.
-    @Test func aWebSocketFrameLengthWithTheHighBitSetEndsTheConnection() throws {
+    /// RFC 6455 keeps the length's high bit zero: such a frame is a protocol error (1002),
+    /// and other streams go on.
+    @Test func aWebSocketFrameLengthWithTheHighBitSetClosesWith1002() throws {
         let server = try StreamTestServer(maxMessageBytes: 1024)
         defer { server.stop() }
         let bystander = try RawWebSocket(server)
         let offender = try RawWebSocket(server)
         #expect(server.log.waitFor("open 2"))
         try offender.client.send(frame(announcing: .max))
+        #expect(try offender.readClose().code == 1002)
         #expect(offender.client.waitForClose())
         #expect(server.log.waitFor("close 2"))
         try bystander.sendText("still here")
