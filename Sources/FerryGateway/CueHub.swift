@@ -25,7 +25,7 @@ final class CueHub {
     let settings: Settings
     private let accounts: Accounts
     /// Counted by `StreamRoutes` before a stream opens; given back here when it is gone.
-    private let quota: StreamQuota
+    private let quota: ConcurrencyLimit<UUID>
     private let metrics: LoopMetrics
     private var streamsByUser: [UUID: [StreamSubscriber]] = [:]
     private var wheel: TimingWheel<StreamSubscriber>
@@ -40,7 +40,9 @@ final class CueHub {
     /// outlived its stream's close shows here. Any thread.
     let liveSubscribers = LiveInstanceCount()
 
-    init(loop: EventLoop, settings: Settings, accounts: Accounts, quota: StreamQuota, metrics: LoopMetrics) {
+    init(
+        loop: EventLoop, settings: Settings, accounts: Accounts, quota: ConcurrencyLimit<UUID>, metrics: LoopMetrics
+    ) {
         self.loop = loop
         self.settings = settings
         self.accounts = accounts
@@ -52,7 +54,7 @@ final class CueHub {
 
     // MARK: - Streams
 
-    /// Takes a freshly opened stream, counted in the user's ``StreamQuota``: says
+    /// Takes a freshly opened stream, counted in the user's stream quota: says
     /// `hello`, warns at once if the token is about to expire, and delivers the user's
     /// cues from now on.
     func add(_ stream: any EventStream, claims: AccessTokenClaims) {

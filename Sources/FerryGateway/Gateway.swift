@@ -48,7 +48,7 @@ public final class Gateway: Sendable {
             heartbeatMilliseconds: configuration.streamHeartbeatMilliseconds,
             tokenWarningSeconds: configuration.streamTokenWarningSeconds,
             maxUnsentBytes: configuration.streamMaxUnsentBytes)
-        let quota = StreamQuota(perUser: configuration.streamsPerUser)
+        let quota = ConcurrencyLimit<UUID>(limit: configuration.streamsPerUser)
         let made = Mutex<[Int: LoopBound<Worker>]>([:])
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)

@@ -1,5 +1,6 @@
 import FerryHTTP
 import FerryLoop
+import Foundation
 
 /// `GET /v1/stream` (WebSocket) and `GET /v1/events` (Server-Sent Events): PROTOCOL.md
 /// "Streams". Opening a stream costs no database round trip: the token's signature,
@@ -10,7 +11,7 @@ struct StreamRoutes: Sendable {
     /// Largest message a WebSocket client may send.
     let maxMessageBytes: Int
     /// Streams per user on this process.
-    let quota: StreamQuota
+    let quota: ConcurrencyLimit<UUID>
 
     /// Kernel send buffer of a stream socket. Cues are ~100 bytes, so a small buffer
     /// costs nothing and makes a client that stops reading show as unsent bytes soon,
@@ -72,7 +73,7 @@ struct StreamRoutes: Sendable {
         guard quota.take(claims.userID) else {
             var refusal = APIError(
                 status: 429, code: "rate_limited",
-                message: "this user already has \(quota.perUser) streams open; close one first")
+                message: "this user already has \(quota.limit) streams open; close one first")
             refusal.retryAfterSeconds = 5
             responder.respond(refusal.response)
             return false

@@ -1,6 +1,7 @@
 import FerryHTTP
 import FerryLoop
 import FerryPostgres
+import Foundation
 
 /// One event loop's share of the gateway: its database pool, counters, log buffer
 /// and streams. Loop thread only; handlers on that loop reach it without locks.
@@ -13,7 +14,7 @@ final class Worker: HTTPObserver {
 
     init(
         loop: EventLoop, pool: PostgresPool, logger: Logger, streams: CueHub.Settings, accounts: Accounts,
-        quota: StreamQuota
+        quota: ConcurrencyLimit<UUID>
     ) {
         loop.preconditionInEventLoop()
         self.loop = loop
