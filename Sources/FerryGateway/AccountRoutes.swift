@@ -312,7 +312,7 @@ struct AccountRoutes {
         guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement(
             "select user_id, email from ferry.current_account()", preparedName: "ferry_current_account")
-        worker.run(as: identity, [statement]) { result in
+        worker.run(as: identity, [statement], answering: responder) { result in
             guard case .success(let results) = result else {
                 return responder.respond(failure(result, accounts).response)
             }
@@ -405,7 +405,7 @@ struct AccountRoutes {
             }
             let statement = PostgresStatement(
                 "select ferry.link_email($1, $2)", [email, hash], preparedName: "ferry_link_email")
-            loopWorker.value.run(as: identity, [statement]) { result in
+            loopWorker.value.run(as: identity, [statement], answering: responder) { result in
                 guard case .success(let results) = result else {
                     return responder.respond(failure(result, accounts).response)
                 }
@@ -540,7 +540,7 @@ struct AccountRoutes {
     ) {
         guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement("select ferry.sign_out()", preparedName: "ferry_sign_out")
-        worker.run(as: identity, [statement]) { result in
+        worker.run(as: identity, [statement], answering: responder) { result in
             guard case .success = result else { return responder.respond(failure(result, accounts).response) }
             // This gateway stops honouring the session now; others on the notification.
             if let session = UUID(uuidString: identity.sessionID) {
@@ -578,7 +578,7 @@ struct AccountRoutes {
                 ).response)
         }
         let statement = PostgresStatement("select ferry.delete_account()", preparedName: "ferry_delete_account")
-        worker.run(as: identity, [statement]) { result in
+        worker.run(as: identity, [statement], answering: responder) { result in
             guard case .success(let results) = result else {
                 return responder.respond(failure(result, accounts).response)
             }

@@ -22,6 +22,8 @@ public final class Gateway: Sendable {
     /// The in-process tombstone purge on loop 0, when configured.
     private let purger: LoopBound<TombstonePurger>?
     let accounts: Accounts
+    /// Requests in flight per device and per user, for every loop.
+    let requests: RequestsInFlight
 
     /// The channel the cue triggers of registered tables notify (0010).
     static let cueChannel = "ferry_cue"
@@ -49,11 +51,15 @@ public final class Gateway: Sendable {
             tokenWarningSeconds: configuration.streamTokenWarningSeconds,
             maxUnsentBytes: configuration.streamMaxUnsentBytes)
         let quota = ConcurrencyLimit<UUID>(limit: configuration.streamsPerUser)
+        let requests = RequestsInFlight(
+            perDevice: configuration.requestsPerDevice, perUser: configuration.requestsPerUser)
+        self.requests = requests
         let made = Mutex<[Int: LoopBound<Worker>]>([:])
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
             let worker = Worker(
-                loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts, quota: quota)
+                loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts, quota: quota,
+                requests: requests)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(worker, loop: loop) }
         }

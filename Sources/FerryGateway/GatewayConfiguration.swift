@@ -56,6 +56,10 @@ public struct GatewayConfiguration: Sendable {
     public var anonymousSignUpsPerHour: Int
     /// Failed sign-ins allowed per email and per client address per hour.
     public var failedSignInsPerHour: Int
+    /// Database requests one device may have in flight on this process (more: `429`).
+    public var requestsPerDevice: Int
+    /// Database requests one user may have in flight on this process, over all its devices (more: `429`).
+    public var requestsPerUser: Int
 
     /// Milliseconds between stream heartbeats (`heartbeat_ms` of `hello`).
     public var streamHeartbeatMilliseconds: Int
@@ -138,6 +142,12 @@ public struct GatewayConfiguration: Sendable {
             "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
             help: "failed sign-ins per email and per client address per hour (more: 429)"),
         Setting(
+            "requests-per-device", env: "FERRY_REQUESTS_PER_DEVICE", default: "3",
+            help: "database requests one device may have in flight on this gateway (more: 429)"),
+        Setting(
+            "requests-per-user", env: "FERRY_REQUESTS_PER_USER", default: "4",
+            help: "database requests one user may have in flight on this gateway, all devices (more: 429)"),
+        Setting(
             "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
             help: "milliseconds between stream heartbeats (WebSocket ping, SSE comment)"),
         Setting(
@@ -199,6 +209,8 @@ public struct GatewayConfiguration: Sendable {
         tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
         anonymousSignUpsPerHour = try values.integer("anonymous-signups-per-hour", in: 1...1_000_000_000)!
         failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
+        requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
+        requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
         streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!

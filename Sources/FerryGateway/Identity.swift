@@ -1,3 +1,4 @@
+import FerryHTTP
 import FerryPostgres
 
 /// Who is asking: the claims of a verified access token.
@@ -34,11 +35,20 @@ extension Worker {
     /// pipeline before one Sync, so they share one implicit transaction and one round
     /// trip, and Row Level Security sees the caller. Calls back on the loop with the
     /// results of `statements` (the identity statement's own result left out).
+    ///
+    /// Every request that reaches the database as a caller comes through here, so this
+    /// is where ``RequestsInFlight`` counts it: from before the pool is asked until the
+    /// database has answered, whether the client is still there or not (the connection
+    /// is busy until then). Over the device's or the user's limit `responder` is answered
+    /// `429` at once and `completion` is never called.
     func run(
-        as identity: Identity, _ statements: [PostgresStatement],
+        as identity: Identity, _ statements: [PostgresStatement], answering responder: HTTPResponder,
         _ completion: @escaping (Result<[PostgresResult], PostgresError>) -> Void
     ) {
+        if let refusal = requests.admit(identity) { return responder.respond(refusal.response) }
+        let requests = self.requests
         pool.pipeline([identity.statement] + statements) { result in
+            requests.finish(identity)
             completion(result.map { Array($0.dropFirst()) })
         }
     }

@@ -58,7 +58,7 @@ struct LockRoutes {
         _ statement: PostgresStatement, as identity: Identity, worker: Worker, accounts: Accounts,
         responder: HTTPResponder
     ) {
-        worker.run(as: identity, [statement]) { result in
+        worker.run(as: identity, [statement], answering: responder) { result in
             switch result {
             case .success(let results):
                 responder.respond(response(results[0].bytes(0, 0)))

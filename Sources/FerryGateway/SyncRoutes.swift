@@ -31,7 +31,7 @@ struct SyncRoutes {
             // Checked UTF-8 above, so the decoding replaces nothing.
             let body = String(decoding: request.body, as: UTF8.self)
             let push = PostgresStatement(pushSQL, [body, limit], preparedName: "ferry_push")
-            worker.run(as: identity, [push]) { result in
+            worker.run(as: identity, [push], answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let answer = results[0].bytes(0, 0) else {
@@ -84,7 +84,7 @@ struct SyncRoutes {
                 return responder.respond(APIError.invalidCursor.response)
             }
             let pull = PostgresStatement(pullSQL, [raw, String(limit)], preparedName: "ferry_pull")
-            worker.run(as: identity, [pull]) { result in
+            worker.run(as: identity, [pull], answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let cursor = results[0].bytes(0, 0), var body = results[0].bytes(0, 1),
@@ -110,7 +110,7 @@ struct SyncRoutes {
         router.get("/v1/schema") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
             let schema = PostgresStatement("select ferry.table_schema()", preparedName: "ferry_table_schema")
-            worker.run(as: identity, [schema]) { result in
+            worker.run(as: identity, [schema], answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let answer = results[0].bytes(0, 0) else {

@@ -8,17 +8,20 @@ import Foundation
 final class Worker: HTTPObserver {
     let loop: EventLoop
     let pool: PostgresPool
+    /// The process's count of requests in flight per device and user (shared by every loop).
+    let requests: RequestsInFlight
     let metrics = LoopMetrics()
     let log: LogBuffer
     let hub: CueHub
 
     init(
         loop: EventLoop, pool: PostgresPool, logger: Logger, streams: CueHub.Settings, accounts: Accounts,
-        quota: ConcurrencyLimit<UUID>
+        quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight
     ) {
         loop.preconditionInEventLoop()
         self.loop = loop
         self.pool = pool
+        self.requests = requests
         self.log = LogBuffer(logger: logger, loop: loop)
         hub = CueHub(loop: loop, settings: streams, accounts: accounts, quota: quota, metrics: metrics)
     }

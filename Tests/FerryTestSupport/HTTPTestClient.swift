@@ -213,6 +213,15 @@ public final class HTTPTestClient {
         Glibc.close(fd)
     }
 
+    /// Closes the socket with a TCP reset (`SO_LINGER` 0), as a client that crashed does:
+    /// the server's next read fails at once, where a plain close is only an end of input.
+    public func reset() {
+        guard !closed else { return }
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+        close()
+    }
+
     private func receiveMore() throws {
         var chunk = [UInt8](repeating: 0, count: 16384)
         let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }

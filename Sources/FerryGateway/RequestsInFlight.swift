@@ -1,0 +1,56 @@
+/// The database requests each device and each user has in flight on this process, from
+/// admission (before the pool is asked for a connection) until the database has answered
+/// them, bounded so that one device or one user cannot take the connections and the
+/// wait queues of the pools, which every user shares. Over a bound the answer is `429
+/// rate_limited` with `Retry-After`, at once and without touching the database. Any
+/// thread: a device's connections land on any loop, so one instance serves them all.
+final class RequestsInFlight: Sendable {
+    /// `Retry-After` of a refusal, seconds: a request in flight usually ends within
+    /// milliseconds, so the shortest wait the header can say.
+    static let retryAfterSeconds = 1
+
+    /// A device is counted within its user: device ids are chosen by clients, so another
+    /// user's device of the same id must not share (or use up) its count.
+    struct Device: Hashable, Sendable {
+        var userID: String
+        var deviceID: String
+    }
+
+    /// Requests in flight per device of a user.
+    let perDevice: ConcurrencyLimit<Device>
+    /// Requests in flight per user, over all its devices.
+    let perUser: ConcurrencyLimit<String>
+
+    init(perDevice: Int, perUser: Int) {
+        self.perDevice = ConcurrencyLimit(limit: perDevice)
+        self.perUser = ConcurrencyLimit(limit: perUser)
+    }
+
+    /// Counts a request of `identity` against its device and its user, or returns the
+    /// `429` to answer when either is at its limit (then nothing is counted). An admitted
+    /// request must be given back with ``finish(_:)`` exactly once.
+    func admit(_ identity: Identity) -> APIError? {
+        let device = Device(userID: identity.userID, deviceID: identity.deviceID)
+        guard perDevice.take(device) else {
+            return Self.refusal("this device already has \(perDevice.limit) requests in flight")
+        }
+        guard perUser.take(identity.userID) else {
+            perDevice.release(device)
+            return Self.refusal("this user already has \(perUser.limit) requests in flight from its devices")
+        }
+        return nil
+    }
+
+    /// Gives back a request counted by ``admit(_:)``, once it is answered or has failed.
+    func finish(_ identity: Identity) {
+        perDevice.release(Device(userID: identity.userID, deviceID: identity.deviceID))
+        perUser.release(identity.userID)
+    }
+
+    private static func refusal(_ what: String) -> APIError {
+        APIError(
+            status: 429, code: "rate_limited",
+            message: "\(what) on this server; wait for an answer, or retry after \(retryAfterSeconds) s",
+            retryAfterSeconds: retryAfterSeconds)
+    }
+}
