@@ -102,6 +102,10 @@ request = function()
 end
 LUA
 
+# The warm case sends one device's token on every connection on purpose, and
+# GET /v1/auth/user reaches the database: the gateway's limits on requests in flight per
+# device and user (FERRY_REQUESTS_PER_DEVICE, bench/fairness.sh) would refuse most of it.
+export FERRY_REQUESTS_PER_DEVICE=$CONNECTIONS FERRY_REQUESTS_PER_USER=$CONNECTIONS
 choose_gateway_address
 start_gateways 1 127.0.0.1
 

@@ -74,6 +74,9 @@ cleanup() {
 trap cleanup EXIT
 
 
+# wrk's connections rotate over PULL_USERS users, so a user may have a few pulls in flight
+# at once; the limits on requests in flight (bench/fairness.sh) are not what this measures.
+export FERRY_REQUESTS_PER_DEVICE=$CONNECTIONS FERRY_REQUESTS_PER_USER=$CONNECTIONS
 choose_gateway_address
 start_gateways 1 127.0.0.1
 ferry_pid=${gateway_pids[0]}
