@@ -40,12 +40,19 @@ extension Worker {
     /// is where ``RequestsInFlight`` counts it: from before the pool is asked until the
     /// database has answered, whether the client is still there or not (the connection
     /// is busy until then). Over the device's or the user's limit `responder` is answered
-    /// `429` at once and `completion` is never called.
+    /// `429`, without a round trip, and `completion` is never called.
     func run(
         as identity: Identity, _ statements: [PostgresStatement], answering responder: HTTPResponder,
         _ completion: @escaping (Result<[PostgresResult], PostgresError>) -> Void
     ) {
-        if let refusal = requests.admit(identity) { return responder.respond(refusal.response) }
+        if let refusal = requests.admit(identity) {
+            // Sent after its Retry-After: a client that retries at once anyway (a flood)
+            // then sends one request per connection per second, not thousands.
+            loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {
+                responder.respond(refusal.response)
+            }
+            return
+        }
         let requests = self.requests
         pool.pipeline([identity.statement] + statements) { result in
             requests.finish(identity)

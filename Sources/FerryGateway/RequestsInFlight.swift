@@ -2,10 +2,11 @@
 /// admission (before the pool is asked for a connection) until the database has answered
 /// them, bounded so that one device or one user cannot take the connections and the
 /// wait queues of the pools, which every user shares. Over a bound the answer is `429
-/// rate_limited` with `Retry-After`, at once and without touching the database. Any
-/// thread: a device's connections land on any loop, so one instance serves them all.
+/// rate_limited` with `Retry-After`, without touching the database. Any thread: a
+/// device's connections land on any loop, so one instance serves them all.
 final class RequestsInFlight: Sendable {
-    /// `Retry-After` of a refusal, seconds: a request in flight usually ends within
+    /// `Retry-After` of a refusal, seconds, and how long the refusal is held before it is
+    /// sent (``Worker/run(as:_:answering:_:)``): a request in flight usually ends within
     /// milliseconds, so the shortest wait the header can say.
     static let retryAfterSeconds = 1
 

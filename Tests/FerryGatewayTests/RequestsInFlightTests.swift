@@ -20,7 +20,9 @@ import Testing
             let lock = try await DeviceRowLock.take(alice, server)
             let held = try await server.holdPushes(alice, count: 2)
 
+            let sent = ContinuousClock.now
             let third = try await server.call("POST", "/v1/push", token: alice.accessToken, json: ["mutations": []])
+            #expect(ContinuousClock.now - sent > .milliseconds(900), "the refusal is held for its Retry-After")
             #expect(third.status == 429, "\(third)")
             #expect(third.code == "rate_limited")
             #expect(third.retryable == true)
