@@ -84,14 +84,11 @@ import Testing
             let lock = try await DeviceRowLock.take(alice, server)
             let held = try await server.holdPushes(alice, count: 2)
             // Both pushes' backends end under them: a lost connection, answered 503.
-            let killed = try await server.database.value(
-                """
-                select count(*) filter (where pg_catalog.pg_terminate_backend(pid))::text
-                from pg_catalog.pg_stat_activity
-                where datname = current_database() and application_name = 'ferry'
-                    and query like '%ferry.push%' and wait_event_type = 'Lock'
-                """)
-            #expect(killed == "2")
+            let pids = try await server.pushBackendsWaitingOnALock()
+            #expect(pids.count == 2)
+            for pid in pids {
+                #expect(try await server.database.value("select pg_terminate_backend($1::int)::text", [pid]) == "true")
+            }
             for request in held { #expect(try await request.answer().status == 503) }
             try await lock.release()
             // And one the database refuses (a body that is not JSON, 22P02).
@@ -201,7 +198,7 @@ extension AccountsGateway {
     func holdPushes(_ session: TestSession, count: Int) async throws -> [OpenRequest] {
         let device = RequestsInFlight.Device(userID: session.userID, deviceID: session.deviceID)
         let before = gateway.requests.perDevice.count(device)
-        let waitingBefore = try await pushesWaitingOnALock()
+        let waitingBefore = try await pushBackendsWaitingOnALock().count
         let port = self.port
         var held: [OpenRequest] = []
         for _ in 0..<count {
@@ -209,20 +206,20 @@ extension AccountsGateway {
                 try OpenRequest(port: port, path: "/v1/push", token: session.accessToken, body: #"{"mutations": []}"#))
         }
         try await eventually("\(count) pushes in flight, waiting on the device's row") {
-            try await pushesWaitingOnALock() == waitingBefore + count
+            try await pushBackendsWaitingOnALock().count == waitingBefore + count
         }
         #expect(gateway.requests.perDevice.count(device) == before + count)
         return held
     }
 
-    /// Gateway backends running `ferry.push` that wait on a lock.
-    func pushesWaitingOnALock() async throws -> Int {
-        Int(
-            try await database.value(
-                """
-                select count(*)::text from pg_catalog.pg_stat_activity
-                where datname = current_database() and application_name = 'ferry'
-                    and query like '%ferry.push%' and wait_event_type = 'Lock'
-                """) ?? "") ?? -1
+    /// The pids of the gateway's backends running `ferry.push` that wait on a lock.
+    func pushBackendsWaitingOnALock() async throws -> [String] {
+        try await database.rows(
+            """
+            select pid::text from pg_catalog.pg_stat_activity
+            where datname = current_database() and application_name = 'ferry'
+                and query like '%ferry.push%' and wait_event_type = 'Lock'
+            """
+        ).compactMap { $0[0] }
     }
 }
