@@ -13,8 +13,9 @@
 #             and that user's LOCK_DEVICES devices push an upsert of that row on
 #             LOCK_CONNECTIONS connections at once: every push waits on the lock.
 # Prints, per scenario, the probe's p50 and p99 (medians of RUNS runs), its failed
-# requests, what the flooder got (answers/s, 429s), and the ratio p99 under each flood /
-# p99 quiet against the goal (MAX_RATIO, 3).
+# requests, what the flooder got (answers/s, non-2xx, duplicates), and the ratio p99
+# under each flood / p99 quiet: of the medians, against the goal (MAX_RATIO, 3), and, for
+# a noisy machine, the median of each run's own ratio.
 #
 # BEFORE_REF=<commit>: the same scenarios against a `ferry` built from that commit (a
 # temporary `git worktree`, removed afterwards; a release build from scratch, minutes),
@@ -233,19 +234,25 @@ measure() {
     echo "load average at end ($2): $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     # The median of column $2 over the lines of scenario $1.
     median_of() { printf '%s\n' "${results[@]}" | awk -v s="$1" -v c="$2" '$1 == s { print $c }' | median; }
+    # The median over the runs of scenario $1's p99 / the same run's quiet p99.
+    paired_ratio() {
+        printf '%s\n' "${results[@]}" |
+            awk -v s="$1" '$1 == "quiet" { quiet = $3 } $1 == s { printf "%.4f\n", $3 / quiet }' | median
+    }
     local quiet_p99 scenario p99 ratio verdict
     quiet_p99=$(median_of quiet 3)
-    printf '%-7s %-6s %10s %10s %9s %7s %12s %11s %10s %10s\n' "$2" "" "pull p50" "pull p99" requests failed \
-        "flood ans/s" "flood !2xx" "flood dup" "p99/quiet"
+    printf '%-7s %-6s %10s %10s %9s %7s %12s %11s %10s %10s %10s\n' "$2" "" "pull p50" "pull p99" requests failed \
+        "flood ans/s" "flood !2xx" "flood dup" "p99/quiet" "(per run)"
     for scenario in quiet flood lock; do
         p99=$(median_of "$scenario" 3)
         ratio=$(echo "$p99 / $quiet_p99" | bc -l)
         verdict=$( [ "$(echo "$ratio <= $MAX_RATIO" | bc -l)" -eq 1 ] && echo PASS || echo FAIL)
         [ "$scenario" = quiet ] && verdict=""
-        printf '%-7s %-6s %8.2fms %8.2fms %9s %7s %12s %11s %10s %10.2f %s\n' "$2" "$scenario" \
+        printf '%-7s %-6s %8.2fms %8.2fms %9s %7s %12s %11s %10s %10.2f %10.2f %s\n' "$2" "$scenario" \
             "$(echo "$(median_of "$scenario" 2) / 1000" | bc -l)" "$(echo "$p99 / 1000" | bc -l)" \
             "$(median_of "$scenario" 4)" "$(median_of "$scenario" 5)" "$(median_of "$scenario" 6)" \
-            "$(median_of "$scenario" 7)" "$(median_of "$scenario" 8)" "$ratio" "$verdict"
+            "$(median_of "$scenario" 7)" "$(median_of "$scenario" 8)" "$ratio" "$(paired_ratio "$scenario")" \
+            "$verdict"
     done
 }
 
