@@ -91,11 +91,10 @@ import Testing
             }
             for request in held { #expect(try await request.answer().status == 503) }
             try await lock.release()
-            // And one the database refuses (a body that is not JSON, 22P02).
-            let invalid = try await OpenRequest(
-                port: server.port, path: "/v1/push", token: alice.accessToken, body: "{not json"
-            ).answer()
-            #expect(invalid.status == 400 && invalid.code == "invalid_json", "\(invalid)")
+            // And one the database refuses: ferry.push's own check of the batch (22023).
+            let invalid = try await server.call(
+                "POST", "/v1/push", token: alice.accessToken, json: ["mutations": "not a list"])
+            #expect(invalid.status == 400 && invalid.code == "invalid_request", "\(invalid)")
             #expect(server.gateway.requests.perDevice.keysHolding == 0)
             #expect(server.gateway.requests.perUser.keysHolding == 0)
             for _ in 0..<2 {
