@@ -127,18 +127,11 @@ with open(f"{tmp}/lock_user", "w") as f:
 PY
 lock_user=$(cat "$tmp/lock_user")
 
-# The flood's batch: FLOOD_BATCH upserts of the flooder's rows ('@' is the request's
-# number, so mutation k has id <number><k as four digits>: bench/push.lua), and the
-# row-lock pushes' one upsert of the locked row.
-python3 - "$FLOOD_BATCH" >"$tmp/flood_template.json" <<'PY'
-import datetime, json, sys
-day = datetime.date(2020, 1, 1)
-mutations = ['{"id": @%04d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}'
-             % (k, day + datetime.timedelta(days=k - 1), k) for k in range(1, int(sys.argv[1]) + 1)]
-print('{"mutations": [' + ", ".join(mutations) + "]}")
-PY
-echo '{"mutations": [{"id": @0001, "table": "daily_challenges", "op": "upsert", "row": {"day": "2020-01-01", "seconds": 1}}]}' \
-    >"$tmp/lock_template.json"
+# The flood's batch: FLOOD_BATCH upserts of the flooder's rows (mutation k has id
+# <request number><k as four digits>), and the row-lock pushes' one upsert of the locked
+# row (day 2020-01-01); bench/push.lua fills in the numbers.
+push_batch_template "$FLOOD_BATCH" 4 >"$tmp/flood_template.json"
+push_batch_template 1 4 >"$tmp/lock_template.json"
 check_push_batch "$base" "$(cat "$tmp/flood.tsv")" "$(cat "$tmp/flood_template.json")" "$FLOOD_BATCH"
 
 # The probe: first loads as the probe's users in turn, PROBE_DELAY_MS apart per connection;

@@ -74,16 +74,16 @@ stop_gateways() {
 # The gateways' process ids, comma-separated.
 pid_list() { local IFS=,; echo "${gateway_pids[*]}"; }
 
-# The push batch bench/sync.sh, cue-cost.sh and push-shape.sh send: $1 upserts of the
-# caller's rows in public.daily_challenges (days from 2020-01-01, so at most 99), with
-# '@' where a per-request number goes: mutation k of a batch has id <number><k as two
-# digits>, increasing per device as the number does.
+# The push batch bench/sync.sh, cue-cost.sh, push-shape.sh and fairness.sh send: $1
+# upserts of the caller's rows in public.daily_challenges (days from 2020-01-01), with
+# '@' where a per-request number goes: mutation k of a batch has id <number><k as $2
+# digits, default two (so $1 at most 99)>, increasing per device as the number does.
 push_batch_template() {
     local k template='{"mutations": ['
     for k in $(seq 1 "$1"); do
         [ "$k" -gt 1 ] && template+=', '
-        template+=$(printf '{"id": @%02d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
-            "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
+        template+=$(printf '{"id": @%0*d, "table": "daily_challenges", "op": "upsert", "row": {"day": "%s", "seconds": %d}}' \
+            "${2:-2}" "$k" "$(date -u -d "2020-01-01 + $((k - 1)) days" +%F)" "$k")
     done
     echo "$template]}"
 }
