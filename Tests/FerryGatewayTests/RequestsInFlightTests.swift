@@ -12,8 +12,14 @@ import Testing
 /// (every push locks it first), so nothing depends on timing.
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct RequestsInFlightTests {
+    /// The held pushes wait as long as a test takes, which on a loaded machine can pass
+    /// the default statement timeout (10 s, then 503).
+    static let holding = ["--statement-timeout-ms", "300000"]
+
     @Test func aDeviceOverItsLimitIs429WithRetryAfterWhileAnotherUserIsServed() async throws {
-        try await withAccountsGateway(arguments: ["--requests-per-device", "2", "--requests-per-user", "10"]) {
+        try await withAccountsGateway(
+            arguments: Self.holding + ["--requests-per-device", "2", "--requests-per-user", "10"]
+        ) {
             server in
             let alice = try await server.signUpAnonymous()
             let bob = try await server.signUpAnonymous()
@@ -45,7 +51,9 @@ import Testing
     }
 
     @Test func theUserLimitCountsEveryDeviceOfTheUser() async throws {
-        try await withAccountsGateway(arguments: ["--requests-per-device", "2", "--requests-per-user", "3"]) {
+        try await withAccountsGateway(
+            arguments: Self.holding + ["--requests-per-device", "2", "--requests-per-user", "3"]
+        ) {
             server in
             let (phone, tablet) = try await server.twoDevices(email: "busy@example.com")
             let bob = try await server.signUpAnonymous()
@@ -79,7 +87,7 @@ import Testing
     }
 
     @Test func requestsTheDatabaseFailsAreGivenBack() async throws {
-        try await withAccountsGateway(arguments: ["--requests-per-device", "2"]) { server in
+        try await withAccountsGateway(arguments: Self.holding + ["--requests-per-device", "2"]) { server in
             let alice = try await server.signUpAnonymous()
             let lock = try await DeviceRowLock.take(alice, server)
             let held = try await server.holdPushes(alice, count: 2)
@@ -104,7 +112,7 @@ import Testing
     }
 
     @Test func aRequestWhoseClientLeftCountsUntilTheDatabaseAnswersIt() async throws {
-        try await withAccountsGateway(arguments: ["--requests-per-device", "2"]) { server in
+        try await withAccountsGateway(arguments: Self.holding + ["--requests-per-device", "2"]) { server in
             let alice = try await server.signUpAnonymous()
             let lock = try await DeviceRowLock.take(alice, server)
             let held = try await server.holdPushes(alice, count: 2)
