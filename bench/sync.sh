@@ -75,8 +75,10 @@ trap cleanup EXIT
 
 
 # wrk's connections rotate over PULL_USERS users, so a user may have a few pulls in flight
-# at once; the limits on requests in flight (bench/fairness.sh) are not what this measures.
+# at once, and a push device may push faster than a device's budget; the limits on
+# requests in flight and push bytes (bench/fairness.sh) are not what this measures.
 export FERRY_REQUESTS_PER_DEVICE=$CONNECTIONS FERRY_REQUESTS_PER_USER=$CONNECTIONS
+export FERRY_PUSH_BYTES_PER_SECOND=1073741824
 choose_gateway_address
 start_gateways 1 127.0.0.1
 ferry_pid=${gateway_pids[0]}

@@ -52,7 +52,8 @@ public final class Gateway: Sendable {
             maxUnsentBytes: configuration.streamMaxUnsentBytes)
         let quota = ConcurrencyLimit<UUID>(limit: configuration.streamsPerUser)
         let requests = RequestsInFlight(
-            perDevice: configuration.requestsPerDevice, perUser: configuration.requestsPerUser)
+            perDevice: configuration.requestsPerDevice, perUser: configuration.requestsPerUser,
+            pushBytesPerSecond: configuration.pushBytesPerSecond)
         self.requests = requests
         let made = Mutex<[Int: LoopBound<Worker>]>([:])
         group.onEveryLoop { loop in

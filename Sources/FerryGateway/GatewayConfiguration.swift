@@ -60,6 +60,8 @@ public struct GatewayConfiguration: Sendable {
     public var requestsPerDevice: Int
     /// Database requests one user may have in flight on this process, over all its devices (more: `429`).
     public var requestsPerUser: Int
+    /// Push body bytes one device may send per second on this process.
+    public var pushBytesPerSecond: Int
 
     /// Milliseconds between stream heartbeats (`heartbeat_ms` of `hello`).
     public var streamHeartbeatMilliseconds: Int
@@ -148,6 +150,9 @@ public struct GatewayConfiguration: Sendable {
             "requests-per-user", env: "FERRY_REQUESTS_PER_USER", default: "4",
             help: "database requests one user may have in flight on this gateway, all devices (more: 429)"),
         Setting(
+            "push-bytes-per-second", env: "FERRY_PUSH_BYTES_PER_SECOND", default: "262144",
+            help: "push body bytes one device may send per second on this gateway (more: 429)"),
+        Setting(
             "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
             help: "milliseconds between stream heartbeats (WebSocket ping, SSE comment)"),
         Setting(
@@ -211,6 +216,7 @@ public struct GatewayConfiguration: Sendable {
         failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
         requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
         requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
+        pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
         streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!

@@ -39,13 +39,15 @@ extension Worker {
     /// Every request that reaches the database as a caller comes through here, so this
     /// is where ``RequestsInFlight`` counts it: from before the pool is asked until the
     /// database has answered, whether the client is still there or not (the connection
-    /// is busy until then). Over the device's or the user's limit `responder` is answered
+    /// is busy until then); a push also counts its body's `pushing` bytes against the
+    /// device's budget. Over the device's or the user's limit `responder` is answered
     /// `429`, without a round trip, and `completion` is never called.
     func run(
-        as identity: Identity, _ statements: [PostgresStatement], answering responder: HTTPResponder,
+        as identity: Identity, _ statements: [PostgresStatement], pushing bytes: Int = 0,
+        answering responder: HTTPResponder,
         _ completion: @escaping (Result<[PostgresResult], PostgresError>) -> Void
     ) {
-        if let refusal = requests.admit(identity) {
+        if let refusal = requests.admit(identity, pushing: bytes) {
             // Sent after its Retry-After: a client that retries at once anyway (a flood)
             // then sends one request per connection per second, not thousands.
             loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {

@@ -77,7 +77,11 @@ public final class RateLimiter: Sendable {
     }
 
     /// Counts one request by `key` and says whether it may go ahead. Any thread.
-    public func admit(_ key: String) -> Decision {
+    ///
+    /// `cost` is what the request counts for (1: one request; a body's size: bytes). A
+    /// request is admitted while the window's count is under the limit, whatever its own
+    /// cost, so one request larger than the limit still goes, once per window.
+    public func admit(_ key: String, cost: Int = 1) -> Decision {
         let now = clock()
         let window = Double(windowSeconds)
         return state.withLock { state in
@@ -87,11 +91,11 @@ public final class RateLimiter: Sendable {
                     let remaining = current.start + window - now
                     return .denied(retryAfterSeconds: max(1, Int(remaining.rounded(.up))))
                 }
-                current.count += 1
+                current.count = current.count.saturatingAdd(cost)
                 state.windows[key] = current
                 return .allowed
             }
-            state.windows[key] = Window(start: now, count: 1)
+            state.windows[key] = Window(start: now, count: cost)
             state.starts.append((key, now))
             while state.windows.count > maxKeys { evictOldest(&state) }
             return .allowed

@@ -31,7 +31,7 @@ struct SyncRoutes {
             // Checked UTF-8 above, so the decoding replaces nothing.
             let body = String(decoding: request.body, as: UTF8.self)
             let push = PostgresStatement(pushSQL, [body, limit], preparedName: "ferry_push")
-            worker.run(as: identity, [push], answering: responder) { result in
+            worker.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let answer = results[0].bytes(0, 0) else {

@@ -27,6 +27,19 @@ final class ManualClock: Sendable {
         #expect(limiter.admit("10.0.0.1") == .denied(retryAfterSeconds: 1))
     }
 
+    @Test func aCostCountsThatMuchAndOneLargerThanTheLimitGoesOncePerWindow() {
+        let limiter = limiter(limit: 1000, window: 1)
+        #expect(limiter.admit("device", cost: 600) == .allowed)
+        #expect(limiter.admit("device", cost: 300) == .allowed)
+        #expect(limiter.admit("device", cost: 300) == .allowed, "admitted while under the limit, whatever its cost")
+        #expect(limiter.admit("device", cost: 1) == .denied(retryAfterSeconds: 1))
+        clock.advance(1)
+        #expect(limiter.admit("device", cost: 5000) == .allowed, "a fresh window admits one request of any size")
+        #expect(limiter.admit("device", cost: 1) != .allowed)
+        #expect(limiter.admit("other", cost: .max) == .allowed)
+        #expect(limiter.admit("other", cost: .max) != .allowed, "costs add without trapping")
+    }
+
     @Test func resetsAfterTheWindow() {
         let limiter = limiter()
         for _ in 0..<3 { #expect(limiter.admit("10.0.0.1") == .allowed) }

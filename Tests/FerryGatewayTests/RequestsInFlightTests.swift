@@ -86,6 +86,37 @@ import Testing
         }
     }
 
+    @Test func aDevicePushingPastItsBytesPerSecondIs429UntilTheSecondHasPassed() async throws {
+        try await withAccountsGateway(arguments: ["--push-bytes-per-second", "1024"]) { server in
+            let alice = try await server.signUpAnonymous()
+            let phone = try await server.signUpAnonymous()
+            // Unknown members of a push body are ignored: 2,000 bytes of padding, no mutation.
+            let body = Array(#"{"mutations": [], "pad": "\#(String(repeating: "x", count: 2000))"}"#.utf8)
+            let head =
+                "POST /v1/push HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(alice.accessToken)\r\n"
+                + "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n"
+            // Pipelined in one write, both are admitted within the same second.
+            let client = try HTTPTestClient(port: server.port, timeout: 30)
+            defer { client.close() }
+            try client.send(Array(head.utf8) + body + Array(head.utf8) + body)
+            let first = try client.readResponse()
+            let second = try client.readResponse()
+            #expect(first.status == 200, "a fresh second admits one push of any size")
+            #expect(second.status == 429, "\(second.status)")
+            #expect(second.header("Retry-After") == "1")
+            #expect(
+                String(decoding: second.body, as: UTF8.self).contains(
+                    "this device pushed more than 1024 bytes in the last second"))
+            #expect(server.gateway.requests.perDevice.keysHolding == 0, "a refusal counts nothing in flight")
+            #expect(try await server.call("GET", "/v1/pull", token: alice.accessToken).status == 200, "pulls are free")
+            let others = try await server.call("POST", "/v1/push", token: phone.accessToken, json: ["mutations": []])
+            #expect(others.status == 200, "another device has its own budget: \(others)")
+            // The refusal was held for its second, so alice's window has passed.
+            let again = try await server.call("POST", "/v1/push", token: alice.accessToken, json: ["mutations": []])
+            #expect(again.status == 200, "\(again)")
+        }
+    }
+
     @Test func requestsTheDatabaseFailsAreGivenBack() async throws {
         try await withAccountsGateway(arguments: Self.holding + ["--requests-per-device", "2"]) { server in
             let alice = try await server.signUpAnonymous()
