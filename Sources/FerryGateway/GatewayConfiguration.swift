@@ -150,7 +150,7 @@ public struct GatewayConfiguration: Sendable {
             "requests-per-user", env: "FERRY_REQUESTS_PER_USER", default: "4",
             help: "database requests one user may have in flight on this gateway, all devices (more: 429)"),
         Setting(
-            "push-bytes-per-second", env: "FERRY_PUSH_BYTES_PER_SECOND", default: "262144",
+            "push-bytes-per-second", env: "FERRY_PUSH_BYTES_PER_SECOND", default: "65536",
             help: "push body bytes one device may send per second on this gateway (more: 429)"),
         Setting(
             "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
