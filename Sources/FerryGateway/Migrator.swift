@@ -3,33 +3,52 @@ import Foundation
 
 /// One SQL migration file, read from disk.
 public struct Migration: Sendable, Equatable {
+    /// How a file is applied.
+    public enum Kind: Sendable, Equatable {
+        /// A numbered file (`0001_name.sql`): applied once, never edited afterwards.
+        case numbered
+        /// A file of the directory's `functions/`: applied after the numbered files, and
+        /// again whenever its checksum changes.
+        case repeatable
+    }
+
     /// The name recorded in `ferry.schema_migrations`: the directory's label and the
-    /// file name, e.g. `ferry/0001_roles_and_schema.sql`.
+    /// file's path in it, e.g. `ferry/0001_roles.sql` or `ferry/functions/push.sql`.
     public let name: String
     /// Where the file was read from.
     public let path: String
     /// The file's text, run as it is with the simple-query protocol.
     public let sql: String
-    /// Lowercase hex SHA-256 of the file's bytes: an applied file whose checksum
-    /// changes is refused.
+    /// Lowercase hex SHA-256 of the file's bytes: an applied numbered file whose
+    /// checksum changes is refused; a repeatable one is applied again.
     public let checksum: String
+    /// Numbered or repeatable.
+    public let kind: Kind
 
     /// A migration from its parts; ``MigrationDirectory/migrations()`` reads them from disk.
-    public init(name: String, path: String, sql: String) {
-        self.init(name: name, path: path, sql: sql, checksum: SHA256Digest.hex(Data(sql.utf8)))
+    public init(name: String, path: String, sql: String, kind: Kind = .numbered) {
+        self.init(name: name, path: path, sql: sql, checksum: SHA256Digest.hex(Data(sql.utf8)), kind: kind)
     }
 
-    init(name: String, path: String, sql: String, checksum: String) {
+    init(name: String, path: String, sql: String, checksum: String, kind: Kind) {
         self.name = name
         self.path = path
         self.sql = sql
         self.checksum = checksum
+        self.kind = kind
     }
 }
 
-/// A directory of numbered migrations (`0001_name.sql`, …) and the label that
-/// qualifies their names in the ledger.
+/// A directory of numbered migrations (`0001_name.sql`, …) with, optionally, the
+/// repeatable files of its `functions/` folder, and the label that qualifies their
+/// names in the ledger.
 public struct MigrationDirectory: Sendable, Equatable {
+    /// The folder of repeatable files: functions, triggers and views, defined once each.
+    public static let functionsFolder = "functions"
+    /// A file that is never applied: the generated dump of the schema the directory
+    /// makes (`sql/ferry/schema.sql`).
+    public static let schemaFile = "schema.sql"
+
     /// The directory, as given (relative paths resolve against the current directory).
     public let path: String
     /// The first part of each migration's name: the directory's own name
@@ -42,28 +61,53 @@ public struct MigrationDirectory: Sendable, Equatable {
         self.label = label ?? URL(fileURLWithPath: path).standardizedFileURL.lastPathComponent
     }
 
-    /// Reads every `*.sql` file in the directory, in file-name order.
+    /// Reads every `*.sql` file of the directory but ``schemaFile``, in file-name order,
+    /// then every `*.sql` file of its ``functionsFolder`` (when there is one), in
+    /// file-name order.
     public func migrations() throws(MigrationError) -> [Migration] {
-        let names: [String]
-        do {
-            names = try FileManager.default.contentsOfDirectory(atPath: path)
-        } catch {
-            throw MigrationError("cannot read the migration directory \(path): it does not exist or is not readable")
-        }
+        let functions = (path as NSString).appendingPathComponent(Self.functionsFolder)
         var migrations: [Migration] = []
-        for name in names.filter({ $0.hasSuffix(".sql") }).sorted() {
-            let file = (path as NSString).appendingPathComponent(name)
-            guard let data = FileManager.default.contents(atPath: file) else {
-                throw MigrationError("cannot read \(file)")
-            }
-            guard let sql = String(data: data, encoding: .utf8) else {
-                throw MigrationError("\(file) is not UTF-8")
-            }
-            // The checksum is of the bytes on disk, not of their decoding.
+        for name in try files(in: path, missing: .refused) where name != Self.schemaFile {
             migrations.append(
-                Migration(name: "\(label)/\(name)", path: file, sql: sql, checksum: SHA256Digest.hex(data)))
+                try read((path as NSString).appendingPathComponent(name), name: "\(label)/\(name)", kind: .numbered))
+        }
+        for name in try files(in: functions, missing: .none) {
+            migrations.append(
+                try read(
+                    (functions as NSString).appendingPathComponent(name),
+                    name: "\(label)/\(Self.functionsFolder)/\(name)", kind: .repeatable))
         }
         return migrations
+    }
+
+    private enum Missing { case refused, none }
+
+    /// The names of the `*.sql` entries of `directory`, sorted.
+    private func files(in directory: String, missing: Missing) throws(MigrationError) -> [String] {
+        var isDirectory: ObjCBool = false
+        if missing == .none,
+            !FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory) || !isDirectory.boolValue
+        {
+            return []
+        }
+        do {
+            return try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".sql") }
+                .sorted()
+        } catch {
+            throw MigrationError(
+                "cannot read the migration directory \(directory): it does not exist or is not readable")
+        }
+    }
+
+    private func read(_ file: String, name: String, kind: Migration.Kind) throws(MigrationError) -> Migration {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw MigrationError("cannot read \(file)")
+        }
+        guard let sql = String(data: data, encoding: .utf8) else {
+            throw MigrationError("\(file) is not UTF-8")
+        }
+        // The checksum is of the bytes on disk, not of their decoding.
+        return Migration(name: name, path: file, sql: sql, checksum: SHA256Digest.hex(data), kind: kind)
     }
 }
 
@@ -75,8 +119,10 @@ public struct MigrationPlan: Sendable, Equatable {
         case applied(at: String)
         /// Not applied yet.
         case pending
-        /// Applied at the given time, but the file has changed since: refused.
+        /// A numbered file applied at the given time, but changed since: refused.
         case changed(at: String)
+        /// A repeatable file applied at the given time, changed since: applied again.
+        case reapply(at: String)
         /// Recorded as applied at the given time, but no file has that name any more.
         case missingFile(at: String)
         /// Recorded as applied at the given time from a directory not given this time:
@@ -86,7 +132,7 @@ public struct MigrationPlan: Sendable, Equatable {
 
     /// One line of the plan.
     public struct Entry: Sendable, Equatable {
-        /// The qualified name, e.g. `ferry/0001_roles_and_schema.sql`.
+        /// The qualified name, e.g. `ferry/0001_roles.sql`.
         public let name: String
         /// Where it stands.
         public let state: State
@@ -96,16 +142,28 @@ public struct MigrationPlan: Sendable, Equatable {
 
     /// Every migration on disk in the order it applies, then applied ones whose file is gone.
     public let entries: [Entry]
-    /// Applied files the ledger records with one of their ``Migrator/earlierChecksums``:
-    /// applied, and due to have the ledger say their current checksum.
-    public let recordedEarlier: [Migration]
+    /// Ledger rows of numbered files under Ferry's own label (``Migrator/ferryLabel``)
+    /// that its directory does not have: the database was migrated by an earlier version
+    /// of Ferry, whose history this one does not continue. A run refuses it.
+    public let earlierHistory: [String]
 
-    /// The files still to apply, in order.
-    public var pending: [Migration] { entries.compactMap { $0.state == .pending ? $0.migration : nil } }
-    /// The applied files that changed on disk.
+    /// The files a run applies, in order: the pending ones, and the repeatable ones that changed.
+    public var pending: [Migration] {
+        entries.compactMap { entry in
+            switch entry.state {
+            case .pending, .reapply: entry.migration
+            default: nil
+            }
+        }
+    }
+    /// The applied numbered files that changed on disk.
     public var changed: [Entry] { entries.filter { if case .changed = $0.state { true } else { false } } }
     /// How many files are applied and unchanged.
     public var appliedCount: Int { entries.filter { if case .applied = $0.state { true } else { false } }.count }
+    /// How many files were never applied.
+    public var pendingCount: Int { entries.filter { $0.state == .pending }.count }
+    /// How many repeatable files changed since they were applied.
+    public var reapplyCount: Int { entries.filter { if case .reapply = $0.state { true } else { false } }.count }
     /// How many ledger rows belong to directories not given this time.
     public var appliedElsewhereCount: Int {
         entries.filter { if case .appliedElsewhere = $0.state { true } else { false } }.count
@@ -113,58 +171,84 @@ public struct MigrationPlan: Sendable, Equatable {
 
     /// Compares the files with the ledger. Ledger rows outside `labels` belong to
     /// directories not given this time: listed last, as ``State/appliedElsewhere(at:)``.
-    /// A file recorded with one of its `earlierChecksums` (name → checksums) is applied.
-    public init(
-        migrations: [Migration], applied: [AppliedMigration], labels: Set<String>,
-        earlierChecksums: [String: Set<String>] = [:]
-    ) {
+    public init(migrations: [Migration], applied: [AppliedMigration], labels: Set<String>) {
         let appliedByName = Dictionary(applied.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        var recordedEarlier: [Migration] = []
         var entries: [Entry] = migrations.map { migration in
             guard let record = appliedByName[migration.name] else {
                 return Entry(name: migration.name, state: .pending, migration: migration)
             }
-            if record.checksum != migration.checksum,
-                earlierChecksums[migration.name]?.contains(record.checksum) == true
-            {
-                recordedEarlier.append(migration)
-                return Entry(name: migration.name, state: .applied(at: record.appliedAt), migration: migration)
-            }
             let state: State =
-                record.checksum == migration.checksum ? .applied(at: record.appliedAt) : .changed(at: record.appliedAt)
+                record.checksum == migration.checksum
+                ? .applied(at: record.appliedAt)
+                : migration.kind == .repeatable ? .reapply(at: record.appliedAt) : .changed(at: record.appliedAt)
             return Entry(name: migration.name, state: state, migration: migration)
         }
-        self.recordedEarlier = recordedEarlier
         let onDisk = Set(migrations.map(\.name))
         var elsewhere: [Entry] = []
+        var earlierHistory: [String] = []
+        let ferry = Migrator.ferryLabel + "/"
+        let ferryFunctions = ferry + MigrationDirectory.functionsFolder + "/"
         for record in applied where !onDisk.contains(record.name) {
             if let label = record.name.split(separator: "/").first, labels.contains(String(label)) {
                 entries.append(Entry(name: record.name, state: .missingFile(at: record.appliedAt), migration: nil))
+                if labels.contains(Migrator.ferryLabel), record.name.hasPrefix(ferry),
+                    !record.name.hasPrefix(ferryFunctions)
+                {
+                    earlierHistory.append(record.name)
+                }
             } else {
                 elsewhere.append(
                     Entry(name: record.name, state: .appliedElsewhere(at: record.appliedAt), migration: nil))
             }
         }
         self.entries = entries + elsewhere
+        self.earlierHistory = earlierHistory
+    }
+
+    /// Why a run applies nothing, when it refuses: a database migrated by an earlier
+    /// version of Ferry, or a numbered file changed after it was applied. Nil when a run
+    /// may go ahead.
+    public var refusal: MigrationError? {
+        if let first = earlierHistory.first {
+            let others = earlierHistory.count > 1 ? " and \(earlierHistory.count - 1) more" : ""
+            return MigrationError(
+                "this database was migrated by an earlier version of Ferry: its ledger records \(first)\(others), "
+                    + "which this version's sql/ferry does not have (its history was rewritten into a new baseline "
+                    + "before Ferry's first release), so its schema cannot be brought up to date. A development "
+                    + "database is made again: `ferry db reset` (deletes its data), then `ferry migrate` or "
+                    + "`ferry dev` (docs/OPERATIONS.md, \"A database made by an earlier version\")",
+                migrationName: first)
+        }
+        if let changed = changed.first {
+            let others = self.changed.count > 1 ? " (and \(self.changed.count - 1) more)" : ""
+            return MigrationError(
+                "\(changed.name) was changed after it was applied\(others): applied migrations are never edited; "
+                    + "restore the file and add a new migration instead",
+                migrationName: changed.name)
+        }
+        return nil
     }
 }
 
 extension MigrationPlan {
-    /// What `ferry migrate --status` prints: one line per migration, then the counts.
+    /// What `ferry migrate --status` prints: one line per migration, then the counts,
+    /// then why a run would refuse a database made by an earlier version.
     public var statusLines: [String] {
         entries.map { entry in
             switch entry.state {
             case .applied(let time): "applied  \(entry.name)  \(time)"
             case .pending: "pending  \(entry.name)"
             case .changed(let time): "changed  \(entry.name)  applied \(time), the file differs since"
+            case .reapply(let time): "changed  \(entry.name)  applied \(time), will re-apply"
             case .missingFile(let time): "missing  \(entry.name)  applied \(time), no such file now"
             case .appliedElsewhere(let time): "applied  \(entry.name)  \(time)  (its directory was not given)"
             }
-        } + [summaryLine]
+        } + [summaryLine] + (earlierHistory.isEmpty ? [] : [refusal?.description ?? ""])
     }
 
     private var summaryLine: String {
-        let counts = "\(appliedCount) applied, \(pending.count) pending, \(changed.count) changed"
+        var counts = "\(appliedCount) applied, \(pendingCount) pending, \(changed.count) changed"
+        if reapplyCount > 0 { counts += ", \(reapplyCount) to re-apply" }
         let elsewhere = appliedElsewhereCount
         guard elsewhere > 0 else { return counts }
         return counts + "; \(elsewhere) more applied from directories not given (pass their --dir to check them)"
@@ -172,7 +256,14 @@ extension MigrationPlan {
 
     /// What `ferry migrate --dry-run` prints: the files a run would apply, in order.
     public var dryRunLines: [String] {
-        pending.isEmpty ? ["nothing to apply (\(appliedCount) applied)"] : pending.map { "would apply \($0.name)" }
+        let lines = entries.compactMap { entry in
+            switch entry.state {
+            case .pending: "would apply \(entry.name)"
+            case .reapply: "would re-apply \(entry.name)"
+            default: nil
+            }
+        }
+        return lines.isEmpty ? ["nothing to apply (\(appliedCount) applied)"] : lines
     }
 }
 
@@ -207,8 +298,10 @@ public struct MigrationError: Error, CustomStringConvertible, Equatable {
     }
 }
 
-/// Applies SQL migrations in order, each file once, each in its own transaction,
-/// recording name, checksum and time in `ferry.schema_migrations`.
+/// Applies SQL migrations in order, recording name, checksum and time in
+/// `ferry.schema_migrations`: each directory's numbered files once, each in its own
+/// transaction, then its repeatable files (``MigrationDirectory/functionsFolder``) that
+/// are new or changed, together in one transaction.
 ///
 /// Runs on one connection as an owner or superuser role (never the gateway role).
 /// A session advisory lock keeps two migrators on one database from interleaving:
@@ -217,6 +310,8 @@ public struct MigrationError: Error, CustomStringConvertible, Equatable {
 public struct Migrator: Sendable {
     /// The `pg_advisory_lock` key: the bytes of "ferry".
     public static let advisoryLockKey: Int64 = 0x66_6572_7279
+    /// The label of Ferry's own directory, `<sqlRoot>/ferry`.
+    public static let ferryLabel = "ferry"
 
     /// The ledger, created before anything reads it. Its one definition: the
     /// migrations in `sql/ferry` rely on it and never create it.
@@ -232,9 +327,8 @@ public struct Migrator: Sendable {
         """
 
     /// Lets the gateway's role read the ledger, after every run (the role is created by
-    /// `sql/ferry/0001`, after the ledger): `ferry serve` and `/readyz` check in it that
-    /// the schema is at their version (``SchemaCheck``). Requests, which run as
-    /// `ferry_client`, still cannot.
+    /// `sql/ferry/0001_roles.sql`, after the ledger), so that `ferry migrate --status`
+    /// works as `ferry_gateway`. Requests, which run as `ferry_client`, still cannot.
     static let ledgerGrantSQL = """
         do $$
         begin
@@ -244,19 +338,6 @@ public struct Migrator: Sendable {
         end
         $$;
         """
-
-    /// Files of `sql/ferry` whose comments were reworded after they shipped, the SQL
-    /// itself unchanged (issue 10 took out references to a design document outside the
-    /// repository): the checksums they had before, which a database migrated earlier
-    /// still records. They count as applied, and `ferry migrate` records the current
-    /// checksum in their place. Nothing else about an applied file may change.
-    public static let earlierChecksums: [String: Set<String>] = [
-        "ferry/0005_sync_tables_and_push.sql": ["279f70b57d6a1fb1853a1074bec6e06572bd7fc99a12e720cb3bf4163860082c"],
-        "ferry/0006_pull.sql": ["f41b07e37e20cfc5ad520c34ab11cd11fa27c5c76268d705cc40f7d7ec32a6ec"],
-        "ferry/0008_tombstone_retention.sql": ["0e235929c5b138cfc96a93f4335f3bd14251e613080c96f416f5f176992f99a5"],
-        "ferry/0010_cues.sql": ["699508bf5b6588c45c8f8ebc0c118d24aaba286c73affaae83d108eb0f6cefdf"],
-        "ferry/0012_pull_readers.sql": ["ba0cd003a028e9c3f2623ae4c6fa9bbc7d78a74d79c484a025a6b2b2a3e37372"],
-    ]
 
     /// The directories to apply, in order.
     public let directories: [MigrationDirectory]
@@ -268,7 +349,8 @@ public struct Migrator: Sendable {
 
     /// Ferry's own migrations (`<sqlRoot>/ferry`) followed by `extraDirectories` in order.
     public init(sqlRoot: String, extraDirectories: [String]) {
-        let ferry = MigrationDirectory(path: (sqlRoot as NSString).appendingPathComponent("ferry"), label: "ferry")
+        let ferry = MigrationDirectory(
+            path: (sqlRoot as NSString).appendingPathComponent(Self.ferryLabel), label: Self.ferryLabel)
         self.init(directories: [ferry] + extraDirectories.map { MigrationDirectory(path: $0) })
     }
 
@@ -293,15 +375,15 @@ public struct Migrator: Sendable {
         let migrations = try migrations()
         let exists = try await client.query("select to_regclass('ferry.schema_migrations') is not null")
         let applied = exists[0, 0] == "t" ? try await appliedMigrations(client) : []
-        return MigrationPlan(
-            migrations: migrations, applied: applied, labels: Set(directories.map(\.label)),
-            earlierChecksums: Self.earlierChecksums)
+        return MigrationPlan(migrations: migrations, applied: applied, labels: Set(directories.map(\.label)))
     }
 
-    /// Applies every pending file. Refuses to start when an applied file changed;
-    /// stops at the first file that fails (that file rolled back, earlier ones kept).
-    /// Reports one line per file through `progress`; `skipped` lines only when `verbose`.
-    /// Returns the names applied.
+    /// Applies every pending file, and every repeatable file that changed. Refuses to
+    /// start when an applied numbered file changed, or when the ledger holds an earlier
+    /// version's history of `sql/ferry` (``MigrationPlan/refusal``); stops at the first
+    /// file that fails (that file rolled back, with the other repeatable files of its
+    /// directory when it is one; earlier ones kept). Reports one line per file through
+    /// `progress`; `skipped` lines only when `verbose`. Returns the names applied.
     @discardableResult
     public func migrate(
         _ client: PostgresClient, verbose: Bool = false, progress: @Sendable (String) -> Void = { _ in }
@@ -362,39 +444,52 @@ public struct Migrator: Sendable {
         try await client.execute(Self.bootstrapSQL)
         let plan = MigrationPlan(
             migrations: migrations, applied: try await appliedMigrations(client),
-            labels: Set(directories.map(\.label)), earlierChecksums: Self.earlierChecksums)
-        if let changed = plan.changed.first {
-            let others = plan.changed.count > 1 ? " (and \(plan.changed.count - 1) more)" : ""
-            throw MigrationError(
-                "\(changed.name) was changed after it was applied\(others): applied migrations are never edited; "
-                    + "restore the file and add a new migration instead",
-                migrationName: changed.name)
-        }
-        for migration in plan.recordedEarlier {
-            _ = try await client.query(
-                "update ferry.schema_migrations set checksum = $2 where name = $1",
-                [migration.name, migration.checksum])
-        }
+            labels: Set(directories.map(\.label)))
+        if let refusal = plan.refusal { throw refusal }
         var applied: [String] = []
+        // The repeatable files of one directory, applied together after its numbered ones.
+        var repeatable: [MigrationPlan.Entry] = []
+        func applyRepeatable() async throws {
+            guard !repeatable.isEmpty else { return }
+            try await applyTogether(repeatable, client, progress: progress)
+            applied += repeatable.map(\.name)
+            repeatable = []
+        }
         for entry in plan.entries {
-            guard entry.state == .pending, let migration = entry.migration else {
-                if verbose, case .applied = entry.state { progress("skipped \(entry.name) (already applied)") }
+            guard let migration = entry.migration else { continue }
+            if let first = repeatable.first, Self.label(of: first.name) != Self.label(of: entry.name) {
+                try await applyRepeatable()
+            }
+            switch entry.state {
+            case .pending, .reapply:
+                if migration.kind == .repeatable {
+                    repeatable.append(entry)
+                    continue
+                }
+                let started = ContinuousClock.now
+                try await applyOne(migration, client)
+                progress("applied \(migration.name) (\(Self.milliseconds(since: started)) ms)")
+                applied.append(migration.name)
+            case .applied:
+                if verbose { progress("skipped \(entry.name) (already applied)") }
+            default:
                 continue
             }
-            let clock = ContinuousClock()
-            let started = clock.now
-            try await applyOne(migration, client)
-            let elapsed = clock.now - started
-            let milliseconds =
-                elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-            progress("applied \(migration.name) (\(milliseconds) ms)")
-            applied.append(migration.name)
         }
+        try await applyRepeatable()
         try await client.execute(Self.ledgerGrantSQL)
         return applied
     }
 
-    /// Runs one file and records it, in one transaction.
+    /// The label a qualified name starts with: `ferry` of `ferry/functions/push.sql`.
+    private static func label(of name: String) -> Substring { name.prefix { $0 != "/" } }
+
+    private static func milliseconds(since started: ContinuousClock.Instant) -> Int64 {
+        let elapsed = ContinuousClock.now - started
+        return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+    }
+
+    /// Runs one numbered file and records it, in one transaction.
     private func applyOne(_ migration: Migration, _ client: PostgresClient) async throws {
         do {
             try await client.execute("begin")
@@ -410,6 +505,41 @@ public struct Migrator: Sendable {
                     + Self.describe(error),
                 migrationName: migration.name)
         }
+    }
+
+    /// Runs a directory's new and changed repeatable files in file-name order and records
+    /// each one's checksum, all in one transaction: they go in together or not at all.
+    private func applyTogether(
+        _ entries: [MigrationPlan.Entry], _ client: PostgresClient, progress: (String) -> Void
+    ) async throws {
+        var lines: [String] = []
+        var current = entries[0].name
+        do {
+            try await client.execute("begin")
+            for entry in entries {
+                guard let migration = entry.migration else { continue }
+                current = migration.name
+                let started = ContinuousClock.now
+                try await client.execute(migration.sql)
+                _ = try await client.query(
+                    """
+                    insert into ferry.schema_migrations (name, checksum) values ($1, $2)
+                    on conflict (name) do update set checksum = excluded.checksum, applied_at = excluded.applied_at
+                    """,
+                    [migration.name, migration.checksum])
+                let verb = entry.state == .pending ? "applied" : "re-applied"
+                lines.append("\(verb) \(migration.name) (\(Self.milliseconds(since: started)) ms)")
+            }
+            try await client.execute("commit")
+        } catch {
+            _ = try? await client.execute("rollback")
+            let others = entries.count > 1 ? ", with the other repeatable files of this run" : ""
+            throw MigrationError(
+                "\(current) failed and was rolled back\(others), nothing after it was applied: "
+                    + Self.describe(error),
+                migrationName: current)
+        }
+        for line in lines { progress(line) }
     }
 
     private func appliedMigrations(_ client: PostgresClient) async throws -> [AppliedMigration] {

@@ -9,16 +9,19 @@ enum MigrateCommand: Command {
     static let usage = """
         ferry migrate [--dir <directory>]… [--status | --dry-run] [options]
 
-        Applies <sql-root>/ferry/*.sql, then each --dir in the order given (without --dir,
-        those of FERRY_MIGRATE_DIRS, separated by ':'), each directory's files in file-name
-        order, each file in its own transaction, once: the ledger ferry.schema_migrations
-        records name (e.g. puzzle/0001_placeholder.sql), SHA-256 and time. Refuses to run
-        when an applied file has changed. Two migrators on one database take turns
-        (advisory lock). Run it as the database owner or a superuser, not as ferry_gateway.
+        Applies <sql-root>/ferry, then each --dir in the order given (without --dir, those
+        of FERRY_MIGRATE_DIRS, separated by ':'). In each directory: its numbered *.sql
+        files in file-name order, each once, in its own transaction; then the files of its
+        functions/ folder that are new or changed since they were applied, in file-name
+        order, in one transaction. The ledger ferry.schema_migrations records name (e.g.
+        puzzle/0001_tables.sql, ferry/functions/push.sql), SHA-256 and time. Refuses to run
+        when an applied numbered file has changed, or on a database made by an earlier
+        version of Ferry. Two migrators on one database take turns (advisory lock). Run it
+        as the database owner or a superuser, not as ferry_gateway.
         --status lists every file and every row of the ledger, those of directories not
         given too. docs/TABLES.md says how to write your own.
-        Exit status: 0 done, 1 a file failed or changed, or a database error; 2 bad settings
-        (no URL, a --dir or <sql-root>/ferry that is not a directory).
+        Exit status: 0 done, 1 a file failed or changed, a refused database, or a database
+        error; 2 bad settings (no URL, a --dir or <sql-root>/ferry that is not a directory).
         """
     static let settings: [Setting] = [
         Setting(
@@ -150,13 +153,14 @@ enum MigrateCommand: Command {
     private static func printStatus(_ migrator: Migrator, _ client: PostgresClient) async throws -> Int32 {
         let plan = try await migrator.plan(client)
         for line in plan.statusLines { printLine(line) }
-        return plan.changed.isEmpty ? ExitStatus.success : ExitStatus.failure
+        return plan.refusal == nil ? ExitStatus.success : ExitStatus.failure
     }
 
     private static func printDryRun(_ migrator: Migrator, _ client: PostgresClient) async throws -> Int32 {
         let plan = try await migrator.plan(client)
-        if let changed = plan.changed.first {
-            throw MigrationError("\(changed.name) was changed after it was applied: a real run would refuse")
+        if let refusal = plan.refusal {
+            throw MigrationError(
+                "a real run would refuse: \(refusal.description)", migrationName: refusal.migrationName)
         }
         for line in plan.dryRunLines { printLine(line) }
         return ExitStatus.success

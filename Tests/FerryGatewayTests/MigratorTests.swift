@@ -14,20 +14,24 @@ import Testing
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("sql").path
 
-    /// A temporary directory named `app` holding `files` (name → SQL); removed by ``remove()``.
+    /// A temporary directory named `label` (`app` unless given) holding `files` (path →
+    /// SQL, e.g. `functions/f.sql`); removed by ``remove()``.
     struct MigrationFiles {
         let directory: URL
 
-        init(_ files: [String: String]) throws {
+        init(_ files: [String: String], label: String = "app") throws {
             directory = FileManager.default.temporaryDirectory
                 .appendingPathComponent("ferry-migrator-\(UUID().uuidString)")
-                .appendingPathComponent("app")
+                .appendingPathComponent(label)
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             for (name, sql) in files { try write(name, sql) }
         }
 
         func write(_ name: String, _ sql: String) throws {
-            try sql.write(to: directory.appendingPathComponent(name), atomically: true, encoding: .utf8)
+            let file = directory.appendingPathComponent(name)
+            try FileManager.default.createDirectory(
+                at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try sql.write(to: file, atomically: true, encoding: .utf8)
         }
 
         func delete(_ name: String) throws {
@@ -41,9 +45,10 @@ import Testing
 
     /// Runs `body` with a fresh database, a connection to it and the given files.
     func withMigrations(
-        _ files: [String: String], _ body: (TestDatabase, PostgresClient, MigrationFiles) async throws -> Void
+        _ files: [String: String], label: String = "app",
+        _ body: (TestDatabase, PostgresClient, MigrationFiles) async throws -> Void
     ) async throws {
-        let migrations = try MigrationFiles(files)
+        let migrations = try MigrationFiles(files, label: label)
         defer { migrations.remove() }
         try await TestDatabase.with(prefix: "ferry_migrator") { database in
             let client = try await database.connect()
@@ -205,6 +210,127 @@ import Testing
         }
     }
 
+    // MARK: - Repeatable files
+
+    @Test func functionsFilesApplyAfterTheirDirectorysNumberedFilesInFileNameOrder() async throws {
+        let files = [
+            "functions/b.sql": "insert into log values ('functions/b');",
+            "functions/a.sql": "insert into log values ('functions/a');",
+            "0002_second.sql": "insert into log values ('0002');",
+            "0001_first.sql": "create table log (entry text); insert into log values ('0001');",
+        ]
+        try await withMigrations(files) { _, client, migrations in
+            let other = try MigrationFiles(["0001_other.sql": "insert into log values ('other');"], label: "other")
+            defer { other.remove() }
+            let migrator = Migrator(directories: [
+                MigrationDirectory(path: migrations.directory.path), MigrationDirectory(path: other.directory.path),
+            ])
+            let applied = try await migrator.migrate(client)
+            #expect(
+                applied == [
+                    "app/0001_first.sql", "app/0002_second.sql", "app/functions/a.sql", "app/functions/b.sql",
+                    "other/0001_other.sql",
+                ])
+            let log = try await client.query("select string_agg(entry, ',' order by ctid) from log")
+            #expect(log[0, 0] == "0001,0002,functions/a,functions/b,other")
+            #expect(try await migrator.migrate(client).isEmpty, "unchanged files are not applied again")
+        }
+    }
+
+    @Test func aChangedFunctionsFileIsAppliedAgainAndRecordedWithItsNewChecksum() async throws {
+        let files = [
+            "0001_a.sql": "create table a (id int);",
+            "functions/f.sql": "create or replace function f() returns int language sql as $$ select 1 $$;",
+            "functions/g.sql": "create or replace function g() returns int language sql as $$ select 10 $$;",
+        ]
+        try await withMigrations(files) { _, client, migrations in
+            try await migrations.migrator.migrate(client)
+            let changed = "create or replace function f() returns int language sql as $$ select 2 $$;"
+            try migrations.write("functions/f.sql", changed)
+            let plan = try await migrations.migrator.plan(client)
+            #expect(plan.statusLines[1].hasPrefix("changed  app/functions/f.sql  applied 20"))
+            #expect(plan.statusLines[1].hasSuffix(", will re-apply"))
+            #expect(plan.statusLines[2].hasPrefix("applied  app/functions/g.sql  20"))
+            #expect(plan.statusLines.last == "2 applied, 0 pending, 0 changed, 1 to re-apply")
+            #expect(plan.dryRunLines == ["would re-apply app/functions/f.sql"])
+            #expect(plan.refusal == nil, "a changed functions file is not refused")
+
+            let lines = Mutex<[String]>([])
+            let applied = try await migrations.migrator.migrate(client) { line in lines.withLock { $0.append(line) } }
+            #expect(applied == ["app/functions/f.sql"])
+            #expect(lines.withLock { $0 }.first?.hasPrefix("re-applied app/functions/f.sql (") == true)
+            #expect(try await client.query("select f(), g()")[0, 0] == "2")
+            let checksum = try await client.query(
+                "select checksum from ferry.schema_migrations where name = 'app/functions/f.sql'")[0, 0]
+            #expect(checksum == Migration(name: "", path: "", sql: changed).checksum)
+            #expect(try await migrations.migrator.plan(client).pending.isEmpty)
+        }
+    }
+
+    @Test func aFailingFunctionsFileRollsBackWithTheOtherFunctionsFilesOfTheRun() async throws {
+        let files = [
+            "0001_a.sql": "create table a (id int);",
+            "functions/f.sql": "create function f() returns int language sql as $$ select 1 $$;",
+            "functions/g.sql": "create function g() returns int language sql as $$ select missing_column from a $$;",
+        ]
+        try await withMigrations(files) { _, client, migrations in
+            let error = await #expect(throws: MigrationError.self) { try await migrations.migrator.migrate(client) }
+            #expect(error?.migrationName == "app/functions/g.sql")
+            #expect(error?.description.contains("with the other repeatable files of this run") == true)
+            #expect(error?.description.contains("SQLSTATE 42703") == true)
+            let ledger = try await ledger(client)
+            #expect(ledger == ["app/0001_a.sql"], "the numbered file before stays applied")
+            #expect(try await client.query("select to_regproc('f') is null")[0, 0] == "t", "f.sql rolled back")
+        }
+    }
+
+    @Test func aGeneratedSchemaFileIsNeverApplied() async throws {
+        let files = ["0001_a.sql": "create table a (id int);", "schema.sql": "create table from_the_dump (id int);"]
+        try await withMigrations(files) { _, client, migrations in
+            let applied = try await migrations.migrator.migrate(client)
+            #expect(applied == ["app/0001_a.sql"])
+            #expect(try await tableExists(client, "from_the_dump") == false)
+        }
+    }
+
+    // MARK: - A database made by an earlier version
+
+    /// Ledger rows of numbered files that Ferry's own directory does not have are an
+    /// earlier version's history: the run refuses before applying anything, saying what
+    /// to do. A missing functions file is only reported.
+    @Test func aDatabaseMigratedByAnEarlierVersionOfFerryIsRefusedSayingToResetIt() async throws {
+        try await withMigrations(["0001_a.sql": "create table a (id int);"], label: "ferry") { _, client, migrations in
+            let migrator = Migrator(directories: [MigrationDirectory(path: migrations.directory.path)])
+            try await migrator.migrate(client)
+            _ = try await client.query(
+                "insert into ferry.schema_migrations (name, checksum) values ('ferry/functions/gone.sql', 'x')")
+            try migrations.write("0002_b.sql", "create table b (id int);")
+            #expect(try await migrator.plan(client).refusal == nil, "a functions file that is gone is not refused")
+
+            _ = try await client.query(
+                "insert into ferry.schema_migrations (name, checksum) values ('ferry/0002_old_history.sql', 'x')")
+            let plan = try await migrator.plan(client)
+            #expect(plan.earlierHistory == ["ferry/0002_old_history.sql"])
+            #expect(plan.statusLines.contains { $0.hasPrefix("missing  ferry/0002_old_history.sql  applied 20") })
+            #expect(plan.statusLines.last?.contains("ferry db reset") == true, "\(plan.statusLines)")
+            let error = await #expect(throws: MigrationError.self) { try await migrator.migrate(client) }
+            #expect(error?.migrationName == "ferry/0002_old_history.sql")
+            #expect(error?.description.contains("migrated by an earlier version of Ferry") == true)
+            #expect(error?.description.contains("`ferry db reset`") == true)
+            #expect(try await tableExists(client, "b") == false, "nothing applies")
+        }
+    }
+
+    @Test func rowsOfAnotherDirectoryWhoseFileIsGoneAreOnlyReported() async throws {
+        try await withMigrations(["0001_a.sql": "create table a (id int);"]) { _, client, migrations in
+            try await migrations.migrator.migrate(client)
+            _ = try await client.query(
+                "insert into ferry.schema_migrations (name, checksum) values ('app/0000_gone.sql', 'x')")
+            try migrations.write("0002_b.sql", "create table b (id int);")
+            #expect(try await migrations.migrator.migrate(client) == ["app/0002_b.sql"])
+        }
+    }
+
     // MARK: - Status and dry run
 
     @Test func statusAndDryRunReportWithoutChangingAnything() async throws {
@@ -275,39 +401,6 @@ import Testing
             #expect(privileges[0, 4] == "0", "ferry_gateway owns nothing")
             #expect(privileges[0, 5] == "t", "the gateway reads the ledger for its schema check")
             #expect(privileges[0, 6] == "f", "and only reads it")
-        }
-    }
-
-    /// A database migrated before sql/ferry's comments were reworded records the files'
-    /// earlier checksums: they stay applied (not `changed`, which would stop every
-    /// migrate), and a run records the current checksums.
-    @Test func ferryFilesWhoseCommentsWereRewordedStayAppliedAndGetTheirNewChecksum() async throws {
-        try await withMigrations([:]) { _, client, _ in
-            let migrator = Migrator(sqlRoot: Self.sqlRoot, extraDirectories: [])
-            try await migrator.migrate(client)
-            let current = try await client.query("select name, checksum from ferry.schema_migrations")
-            let checksums = Dictionary(
-                uniqueKeysWithValues: (0..<current.count).map { (current[$0, 0]!, current[$0, 1]!) })
-            #expect(Migrator.earlierChecksums.count == 5)
-            for (name, earlier) in Migrator.earlierChecksums {
-                #expect(checksums[name] != nil && !earlier.contains(checksums[name]!), "\(name) is a file of sql/ferry")
-                _ = try await client.query(
-                    "update ferry.schema_migrations set checksum = $2 where name = $1", [name, earlier.first!])
-            }
-            let plan = try await migrator.plan(client)
-            #expect(plan.changed.isEmpty && plan.pending.isEmpty, "\(plan.statusLines)")
-            #expect(Set(plan.recordedEarlier.map(\.name)) == Set(Migrator.earlierChecksums.keys))
-            #expect(try await migrator.migrate(client).isEmpty)
-            let after = try await client.query("select name, checksum from ferry.schema_migrations")
-            #expect(
-                (0..<after.count).allSatisfy { checksums[after[$0, 0]!] == after[$0, 1] },
-                "the ledger has the files' checksums")
-            #expect(try await migrator.plan(client).recordedEarlier.isEmpty)
-
-            // Any other checksum is still a changed file.
-            _ = try await client.query(
-                "update ferry.schema_migrations set checksum = 'edited' where name = 'ferry/0006_pull.sql'")
-            #expect(try await migrator.plan(client).changed.map(\.name) == ["ferry/0006_pull.sql"])
         }
     }
 
