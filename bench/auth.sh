@@ -13,7 +13,7 @@
 #         claims); both routes go through the same wrk Lua script. Reported.
 # Also reported, not held to the limit: GET /v1/auth/user (token check, the identity
 # statement and ferry.current_account() in one pipeline) against GET /readyz (one statement:
-# `select 1` until issue 10, now the schema check's read of ferry.schema_migrations):
+# `select 1` until issue 10, now the schema check, `select ferry.schema_version()`):
 # different SQL; and pgbench on the identity statement alone: `select 1` against the
 # identity statement + `select 1` in one pipeline, as the gateway sends them.
 #

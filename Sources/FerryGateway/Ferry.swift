@@ -12,9 +12,9 @@ public enum Ferry {
     }()
     /// The wire protocol version of docs/PROTOCOL.md.
     public static let protocolVersion = 1
-    /// The newest migration of `sql/ferry` this binary relies on, as the ledger names
-    /// it: `ferry serve` refuses a database whose ledger lacks it, and `/readyz` is
-    /// not ready. A new file in `sql/ferry` moves it (a test compares it with the
-    /// directory).
-    public static let requiredMigration = "ferry/0016_register_table_keys_within_owner.sql"
+    /// The version of Ferry's SQL this binary relies on: `ferry serve` refuses a database
+    /// whose `ferry.schema_version()` (`sql/ferry/functions/version.sql`) is lower, and
+    /// `/readyz` is not ready. Raise both together whenever the binary starts relying on
+    /// changed SQL (a test compares them).
+    public static let requiredSchemaVersion = 1
 }

@@ -1,30 +1,30 @@
 import FerryPostgres
 
-/// Whether the gateway's database can serve this binary: it answers, and its ledger
-/// records ``Ferry/requiredMigration``. `ferry serve` asks before it serves, and
-/// `/readyz` on every probe.
+/// Whether the gateway's database can serve this binary: it answers, and its
+/// `ferry.schema_version()` is at least ``Ferry/requiredSchemaVersion``. `ferry serve`
+/// asks before it serves, and `/readyz` on every probe.
 ///
-/// The gateway's role reads `ferry.schema_migrations` because `ferry migrate`
-/// grants it (``Migrator/ledgerGrantSQL``); a ledger it may not read is a database
-/// migrated by an older `ferry migrate`.
+/// At least, not equal: while a rolling deploy migrates the database to a newer version,
+/// the older gateways still serve. `ferry migrate` grants the function to `ferry_gateway`
+/// (`sql/ferry/functions/version.sql`).
 enum SchemaCheck: Equatable, Sendable {
-    /// The schema is at this binary's version.
+    /// The schema is at this binary's version or newer.
     case ready
     /// No connection (refused, unknown database or role, authentication, timeout):
     /// libpq's text, for the log only.
     case unreachable(String)
-    /// No schema `ferry` or no ledger: never migrated.
+    /// No schema `ferry`, or no `ferry.schema_version()`: never migrated (or not by a
+    /// Ferry of this generation).
     case notMigrated
-    /// The ledger lacks ``Ferry/requiredMigration``: migrated by an older version.
-    case behind
-    /// The role may not read the ledger.
-    case ledgerUnreadable
+    /// `ferry.schema_version()` answered this version, older than the binary's.
+    case behind(Int)
+    /// The role may not call `ferry.schema_version()`.
+    case versionNotPermitted
     /// Any other failure, described for the log.
     case failed(String)
 
     /// The one statement of the check.
-    static let statement = PostgresStatement(
-        "select exists (select from ferry.schema_migrations where name = $1)", [Ferry.requiredMigration])
+    static let statement = PostgresStatement("select ferry.schema_version()")
 
     /// Asks `pool` and calls `completion` on its loop with the answer.
     static func run(on pool: PostgresPool, _ completion: @escaping (SchemaCheck) -> Void) {
@@ -35,13 +35,17 @@ enum SchemaCheck: Equatable, Sendable {
     init(_ result: Result<PostgresResult, PostgresError>) {
         switch result {
         case .success(let rows):
-            self = rows.count == 1 && rows[0, 0] == "t" ? .ready : .behind
+            guard rows.count == 1, let version = rows[0, 0].flatMap({ Int($0) }) else {
+                self = .failed("ferry.schema_version() answered no integer")
+                return
+            }
+            self = version >= Ferry.requiredSchemaVersion ? .ready : .behind(version)
         case .failure(let error):
             switch (error.kind, error.sqlState) {
-            // undefined_table, invalid_schema_name
-            case (.server, "42P01"), (.server, "3F000"): self = .notMigrated
+            // invalid_schema_name, undefined_function
+            case (.server, "3F000"), (.server, "42883"): self = .notMigrated
             // insufficient_privilege
-            case (.server, "42501"): self = .ledgerUnreadable
+            case (.server, "42501"): self = .versionNotPermitted
             case (.connectionFailed, _), (.connectionLost, _), (.timeout, _), (.poolExhausted, _):
                 self = .unreachable(error.message.split(whereSeparator: \.isNewline).joined(separator: " "))
             default: self = .failed(error.description)
@@ -54,7 +58,7 @@ enum SchemaCheck: Equatable, Sendable {
         switch self {
         case .ready: "ready"
         case .unreachable, .failed: "database is not reachable"
-        case .notMigrated, .behind, .ledgerUnreadable: "database schema is not at this gateway's version"
+        case .notMigrated, .behind, .versionNotPermitted: "database schema is not at this gateway's version"
         }
     }
 
@@ -63,20 +67,20 @@ enum SchemaCheck: Equatable, Sendable {
         let migrate = "run `ferry migrate` as the database owner, with this version's sql/ferry"
         switch self {
         case .ready:
-            return "the database answers and its schema is at \(Ferry.requiredMigration)"
+            return "the database answers and its schema is at version \(Ferry.requiredSchemaVersion) or newer"
         case .unreachable(let message):
             return "cannot connect to the database (\(message)); check FERRY_DATABASE_URL and that PostgreSQL runs "
                 + "there. A new database must be created, then migrated: \(migrate) (it also creates the role "
                 + "ferry_gateway)"
         case .notMigrated:
-            return "the database has no Ferry schema (ferry.schema_migrations is missing): it was never migrated; "
+            return "the database has no Ferry schema (ferry.schema_version() is missing): it was never migrated; "
                 + migrate
-        case .behind:
-            return "the database's schema is older than this binary: \(Ferry.requiredMigration) is not applied; "
-                + migrate
-        case .ledgerUnreadable:
-            return "the gateway's role may not read ferry.schema_migrations (a database migrated by an older "
-                + "ferry migrate): \(migrate); it grants ferry_gateway read access to it"
+        case .behind(let version):
+            return "the database's schema is older than this binary: ferry.schema_version() is \(version), this "
+                + "binary needs \(Ferry.requiredSchemaVersion) or newer; " + migrate
+        case .versionNotPermitted:
+            return "the gateway's role may not call ferry.schema_version(): serve as ferry_gateway, which "
+                + "ferry migrate grants it to; or \(migrate)"
         case .failed(let description):
             return "the schema check failed: \(description)"
         }

@@ -8,7 +8,7 @@ enum VersionCommand: Command {
 
     static func run(_ values: SettingValues) throws -> Int32 {
         printLine("ferry \(Ferry.version) (\(Self.commit))")
-        printLine("schema \(Ferry.requiredMigration), protocol \(Ferry.protocolVersion)")
+        printLine("schema version \(Ferry.requiredSchemaVersion) or newer, protocol \(Ferry.protocolVersion)")
         return ExitStatus.success
     }
 

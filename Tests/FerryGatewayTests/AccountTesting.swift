@@ -59,6 +59,14 @@ struct AccountsDatabase: Sendable {
             PostgresConfiguration(gatewayURL, applicationName: applicationName, connectTimeoutMilliseconds: 30_000))
     }
 
+    /// Makes `ferry.schema_version()` answer `version`, as a database migrated by another
+    /// version of Ferry would (the function's grants stay).
+    func setSchemaVersion(_ version: Int) async throws {
+        try await admin.execute(
+            "create or replace function ferry.schema_version() returns integer language sql immutable "
+                + "as $$ select \(version) $$")
+    }
+
     /// Every row of `sql` as text cells, read as the superuser.
     func rows(_ sql: String, _ parameters: [String?] = []) async throws -> [[String?]] {
         try await admin.query(sql, parameters).rows.map(\.values)

@@ -393,7 +393,9 @@ import Testing
             let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
             let later = try FileManager.default.contentsOfDirectory(atPath: ferry)
                 .filter { $0 >= "0010" && $0.hasSuffix(".sql") }.sorted().map { "ferry/" + $0 }
-            #expect(applied == later && later.first == "ferry/0010_cues.sql", "\(applied)")
+            #expect(
+                applied.filter { !$0.contains("/functions/") } == later && later.first == "ferry/0010_cues.sql",
+                "\(applied)")
             // 0012 built a pull reader for each table registered before it.
             #expect(
                 try await admin.query("select count(*) from ferry.synced_tables where pull_reader is null")[0, 0]

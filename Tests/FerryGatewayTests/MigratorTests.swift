@@ -404,15 +404,25 @@ import Testing
         }
     }
 
-    /// `ferry serve` refuses a database whose ledger lacks `Ferry.requiredMigration`:
-    /// a new file in sql/ferry must move it, or a binary would serve a schema older
-    /// than its SQL.
-    @Test func theBinaryRequiresTheNewestMigrationOfSqlFerry() throws {
-        let newest = try FileManager.default.contentsOfDirectory(atPath: Self.sqlRoot + "/ferry")
-            .filter { $0.hasSuffix(".sql") }.max()
-        #expect(
-            "ferry/" + (newest ?? "") == Ferry.requiredMigration,
-            "a migration was added to sql/ferry: set Ferry.requiredMigration (Sources/FerryGateway/Ferry.swift) to it")
+    /// `ferry serve` refuses a database whose `ferry.schema_version()` is below
+    /// `Ferry.requiredSchemaVersion`: the two move together, or a binary would serve SQL
+    /// older than it relies on (or refuse its own).
+    @Test func aFreshlyMigratedDatabaseIsAtTheBinarysSchemaVersionForTheGatewayAlone() async throws {
+        try await withMigrations([:]) { _, client, _ in
+            try await Migrator(sqlRoot: Self.sqlRoot, extraDirectories: []).migrate(client)
+            let version = try await client.query(
+                """
+                select ferry.schema_version(),
+                       has_function_privilege('ferry_gateway', 'ferry.schema_version()', 'execute'),
+                       has_function_privilege('ferry_client', 'ferry.schema_version()', 'execute')
+                """)
+            #expect(
+                version[0, 0] == String(Ferry.requiredSchemaVersion),
+                "sql/ferry/functions/version.sql and Ferry.requiredSchemaVersion (Sources/FerryGateway/Ferry.swift) must say the same version"
+            )
+            #expect(version[0, 1] == "t", "the gateway's schema check calls it")
+            #expect(version[0, 2] == "f", "requests do not")
+        }
     }
 
     @Test func roleCreationIsSafeWhenManyDatabasesMigrateAtOnce() async throws {

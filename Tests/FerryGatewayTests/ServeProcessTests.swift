@@ -106,14 +106,15 @@ struct MissingBinary: Error, CustomStringConvertible {
         }
     }
 
-    @Test func serveOnASchemaOlderThanTheBinaryExits1NamingTheMigration() async throws {
+    @Test func serveOnASchemaOlderThanTheBinaryExits1NamingBothVersions() async throws {
         try await AccountsDatabase.with { database in
-            _ = try await database.admin.query(
-                "delete from ferry.schema_migrations where name = $1", [Ferry.requiredMigration])
+            try await database.setSchemaVersion(Ferry.requiredSchemaVersion - 1)
             let (ending, log) = try await serveUntilItGivesUp(database.gatewayURL)
             #expect(ending == .exited(1), "\(log)")
             #expect(
-                log.contains("\(Ferry.requiredMigration) is not applied") && log.contains("ferry migrate"), "\(log)")
+                log.contains(
+                    "ferry.schema_version() is \(Ferry.requiredSchemaVersion - 1), this binary needs "
+                        + "\(Ferry.requiredSchemaVersion) or newer") && log.contains("ferry migrate"), "\(log)")
             #expect(!log.contains("serving"))
         }
     }
