@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cost of cues on writes (issue 5, "Benchmark"): POST /v1/push throughput through Ferry with
-# the cue triggers of 0010_cues.sql on versus off, on the same table in the same run.
+# the cue triggers (sql/ferry/functions/cues.sql) on versus off, on the same table in the same run.
 #
 #   push   batches of BATCH upserts to public.daily_challenges (lww; existing rows of the
 #          caller: days 0..BATCH-1), mutation ids strictly increasing per device, wrk over
@@ -9,7 +9,7 @@
 #          cues on every push commits one notification (PostgreSQL folds the batch's
 #          identical payloads), which the gateway's own LISTEN connection receives.
 #   on     the triggers ferry_cue_insert/_update/_delete enabled (as registered), and push
-#          cueing its own writes once per table (0013_push_upserts.sql)
+#          cueing its own writes once per table (sql/ferry/functions/push.sql)
 #   off    the same three disabled (alter table … disable trigger …) and ferry.skip_cues on
 #          for the gateway's sessions (a database setting; the gateway is restarted so its
 #          connections start with it), so push sends no cue either
@@ -63,7 +63,7 @@ cue_triggers() {
         -c "select count(*) from pg_trigger where tgrelid = 'public.daily_challenges'::regclass
             and tgname like 'ferry_cue_%' and tgenabled <> 'D'"
 }
-[ "$(cue_triggers enable)" = 3 ] || { echo "daily_challenges lacks its three cue triggers (0010_cues.sql)" >&2; exit 1; }
+[ "$(cue_triggers enable)" = 3 ] || { echo "daily_challenges lacks its three cue triggers (ferry.install_triggers)" >&2; exit 1; }
 # Cues on or off for the runs that follow: the triggers, the setting, a gateway whose
 # connections start with the setting.
 cues() {

@@ -6,8 +6,9 @@
 # push), runs interleaved so drift hits both alike.
 #
 #   before  0013's statement: the body cast to jsonb in the statement, the limit checked
-#           there, then 0013's ferry.push, loaded from sql/ferry/0013_push_upserts.sql as
-#           bench_shape.push_0013 (0015 replaced ferry.push's body).
+#           there, then 0013's ferry.push, loaded as bench_shape.push_0013 from
+#           sql/ferry/0013_push_upserts.sql of commit e9a775d (the history before sql/ferry
+#           was squashed into its baseline; 0015 replaced ferry.push's body).
 #   after   select ferry.push_body(body text, 1000): the cast in a subtransaction, then
 #           ferry.push_mutations.
 #
@@ -39,9 +40,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/SyncRoutes.swift ||
     { echo "the push statement changed: update bench/push-shape.sh" >&2; exit 1; }
-# 0013's ferry.push under another name: its text, as applied, from the migration.
-before_function=$(awk '/^create or replace function ferry.push\(p_mutations jsonb\)/,/^\$\$;$/' \
-    sql/ferry/0013_push_upserts.sql |
+# 0013's ferry.push under another name: its text, as applied, from the migration in git.
+before_function=$(git show e9a775d:sql/ferry/0013_push_upserts.sql |
+    awk '/^create or replace function ferry.push\(p_mutations jsonb\)/,/^\$\$;$/' |
     sed 's/^create or replace function ferry.push(p_mutations jsonb)/create or replace function bench_shape.push_0013(p_mutations jsonb)/')
 [ -n "$before_function" ] || { echo "0013's ferry.push not found" >&2; exit 1; }
 

@@ -4,7 +4,7 @@ import Foundation
 /// One `ferry_cue` notification: rows of `table` changed for one user (or, for a
 /// `shared` table, for everyone), written by `origin` (nil for SQL outside Ferry).
 ///
-/// The payload, made by 0010's trigger, is `<owner uuid|*> <device|-> <table>`: the
+/// The payload, made by `ferry.send_cues` (sql/ferry/functions/cues.sql), is `<owner uuid|*> <device|-> <table>`: the
 /// table comes last so its name may hold anything, and it stays ~100 bytes whatever
 /// the statement touched.
 struct Cue: Sendable, Equatable {

@@ -25,7 +25,7 @@ public final class Gateway: Sendable {
     /// Requests in flight per device and per user, for every loop.
     let requests: RequestsInFlight
 
-    /// The channel the cue triggers of registered tables notify (0010).
+    /// The channel the cue triggers of registered tables notify (sql/ferry/functions/cues.sql).
     static let cueChannel = "ferry_cue"
     /// The channel account functions notify when they revoke a session.
     static let revocationChannel = "ferry_revoked"

@@ -405,9 +405,8 @@ public struct Migrator: Sendable {
     }
 
     /// A `warning:` line for each table `ferry.tables_keyed_across_users()` lists
-    /// (`sql/ferry/0016_register_table_keys_within_owner.sql`): a per-user table whose
-    /// primary key every user shares. None when the function is missing (a SQL root
-    /// older than 0016).
+    /// (`sql/ferry/functions/registry.sql`): a per-user table whose primary key every user
+    /// shares. None when the function is missing (a SQL root without it).
     static func sharedKeyWarnings(_ client: PostgresClient) async -> [String] {
         guard
             let tables = try? await client.query(

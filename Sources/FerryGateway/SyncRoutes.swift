@@ -9,7 +9,7 @@ struct SyncRoutes {
     static let defaultPullLimit = 1000
     /// The largest `limit` a pull accepts; more is `400 invalid_request`.
     static let maximumPullLimit = 5000
-    /// What ferry.pull raises for a cursor older than the purge horizon (0008_tombstone_retention.sql).
+    /// What ferry.pull raises for a cursor older than the purge horizon (sql/ferry/functions/pull.sql).
     static let cursorExpiredState = "FR409"
 
     let accounts: Accounts
@@ -19,7 +19,7 @@ struct SyncRoutes {
     /// Adds the routes for one loop; handlers use that loop's `worker`.
     func register(in router: inout Router, worker: Worker) {
         let accounts = self.accounts
-        // ferry.push_body (0015_push_final_answers.sql) checks the limit before it reads
+        // ferry.push_body (sql/ferry/functions/push.sql) checks the limit before it reads
         // the mutations, so an oversized batch costs no parse in the gateway and writes
         // nothing. The body goes as text: a mutation PostgreSQL cannot store (a \u0000)
         // fails its own cast to jsonb there, not the whole statement's.
@@ -50,7 +50,7 @@ struct SyncRoutes {
                 }
             }
         }
-        // ferry.pull runs in the statement's one snapshot (see 0006_pull.sql). The raw
+        // ferry.pull runs in the statement's one snapshot (see sql/ferry/functions/pull.sql). The raw
         // cursor comes apart from the rest of the body, so the gateway seals it and
         // splices it in without parsing the JSON.
         let pullSQL = """

@@ -80,7 +80,7 @@ import Testing
             #expect(run.status == 0, "\(run.errors)")
             #expect(
                 run.lines.contains {
-                    $0.hasPrefix("applied  puzzle/0002_tables.sql  20") && $0.hasSuffix("(its directory was not given)")
+                    $0.hasPrefix("applied  puzzle/0001_tables.sql  20") && $0.hasSuffix("(its directory was not given)")
                 }, "\(run.output)")
             let puzzle = try FileManager.default.contentsOfDirectory(atPath: MigratorTests.sqlRoot + "/examples/puzzle")
                 .filter { $0.hasSuffix(".sql") }

@@ -7,7 +7,7 @@ import Testing
 
 @testable import FerryGateway
 
-/// `sql/ferry/0010_cues.sql`: the statement triggers of every synced table send one
+/// `sql/ferry/functions/cues.sql`: the statement triggers of every synced table send one
 /// `pg_notify('ferry_cue', '<owner> <device> <table>')` per distinct owner per statement,
 /// received here by a real `LISTEN` connection (FerryPostgres' `Listener`).
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
@@ -367,52 +367,6 @@ import Testing
             #expect(try await database.rows(triggers).map { $0[2] } == ["", "", ""])
             try await database.admin.query("insert into notes (id, user_id) values (1, $1)", [users[0]])
             #expect(try await inbox.drain(database.admin) == ["* - notes"])
-        }
-    }
-
-    @Test func aTableRegisteredBeforeTheCueMigrationCuesAndRefusesTruncate() async throws {
-        try await TestDatabase.with(prefix: "ferry_cues") { database in
-            let admin = try await database.connect()
-            // sql/ferry without 0010 and after it the puzzle example, as a database migrated
-            // before 0010 existed; then the real directories, which apply 0010 and later.
-            let earlier = FileManager.default.temporaryDirectory.appendingPathComponent(
-                "ferry-before-cues-\(UUID().uuidString)")
-            defer { try? FileManager.default.removeItem(at: earlier) }
-            try FileManager.default.createDirectory(at: earlier, withIntermediateDirectories: true)
-            let ferry = MigratorTests.sqlRoot + "/ferry"
-            for file in try FileManager.default.contentsOfDirectory(atPath: ferry) where file < "0010" {
-                try FileManager.default.copyItem(
-                    atPath: ferry + "/" + file, toPath: earlier.appendingPathComponent(file).path)
-            }
-            let puzzle = MigratorTests.sqlRoot + "/examples/puzzle"
-            try await Migrator(directories: [
-                MigrationDirectory(path: earlier.path, label: "ferry"), MigrationDirectory(path: puzzle),
-            ]).migrate(admin)
-            #expect(
-                try await admin.query("select count(*) from pg_trigger where tgname like 'ferry_cue%'")[0, 0] == "0")
-            let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [puzzle]).migrate(admin)
-            let later = try FileManager.default.contentsOfDirectory(atPath: ferry)
-                .filter { $0 >= "0010" && $0.hasSuffix(".sql") }.sorted().map { "ferry/" + $0 }
-            #expect(
-                applied.filter { !$0.contains("/functions/") } == later && later.first == "ferry/0010_cues.sql",
-                "\(applied)")
-            // 0012 built a pull reader for each table registered before it.
-            #expect(
-                try await admin.query("select count(*) from ferry.synced_tables where pull_reader is null")[0, 0]
-                    == "0")
-
-            try await CueInbox.with(database.configuration) { inbox in
-                let user = UUID().uuidString.lowercased()
-                try await admin.query(
-                    "insert into game_records (id, user_id, puzzle_id, seconds, finished_at) values ('g1', $1, 'p', 60, now())",
-                    [user])
-                #expect(try await inbox.drain(admin) == ["\(user) - game_records"])
-                try await admin.query("insert into daily_puzzles (day, grid) values ('2026-01-01', repeat('0', 81))")
-                #expect(try await inbox.drain(admin) == ["* - daily_puzzles"])
-                await #expect(throws: PostgresError.self) { try await admin.execute("truncate game_records") }
-                #expect(try await admin.query("select count(*) from game_records")[0, 0] == "1")
-            }
-            await admin.close()
         }
     }
 }

@@ -35,11 +35,7 @@ import Testing
                 "select name from ferry.schema_migrations where name like '%/%' and name not like 'ferry/%' order by name"
             )
             #expect(
-                applied.map { $0[0] ?? "" } == [
-                    "puzzle/0001_placeholder.sql", "puzzle/0002_tables.sql",
-                    "puzzle/0003_game_records_keyed_within_owner.sql", "tasks/0001_tables.sql",
-                    "tasks/0002_tasks_keyed_within_owner.sql",
-                ])
+                applied.map { $0[0] ?? "" } == ["puzzle/0001_tables.sql", "tasks/0001_tables.sql"])
             #expect(
                 try await database.value(
                     "select options ->> 'stale_seconds' from ferry.synced_tables where table_name = 'active_game'::regclass"

@@ -369,7 +369,7 @@ import Testing
         try await withMigrations([:]) { _, client, migrations in
             let migrator = Migrator(sqlRoot: Self.sqlRoot, extraDirectories: [migrations.directory.path])
             let applied = try await migrator.migrate(client)
-            #expect(applied.contains("ferry/0001_roles_and_schema.sql"))
+            #expect(applied.contains("ferry/0001_roles.sql"))
             let roles = try await client.query(
                 """
                 select rolname, rolcanlogin, rolsuper, rolbypassrls, rolcreatedb, rolcreaterole
@@ -430,10 +430,10 @@ import Testing
         // once, so every session races the others to create the same roles.
         let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
         let source = try String(
-            contentsOfFile: Self.sqlRoot + "/ferry/0001_roles_and_schema.sql", encoding: .utf8)
+            contentsOfFile: Self.sqlRoot + "/ferry/0001_roles.sql", encoding: .utf8)
         let sql = source.replacingOccurrences(of: "ferry_client", with: "ferry_client_\(suffix)")
             .replacingOccurrences(of: "ferry_gateway", with: "ferry_gateway_\(suffix)")
-        let files = try MigrationFiles(["0001_roles_and_schema.sql": sql])
+        let files = try MigrationFiles(["0001_roles.sql": sql])
         defer { files.remove() }
         var databases: [TestDatabase] = []
         for _ in 0..<4 { databases.append(try await TestDatabase.create(prefix: "ferry_migrator")) }

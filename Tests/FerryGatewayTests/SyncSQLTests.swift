@@ -5,7 +5,7 @@ import Testing
 
 @testable import FerryGateway
 
-/// `sql/ferry/0005_sync_tables_and_push.sql`: `ferry.register_table` and `ferry.push`,
+/// `sql/ferry/functions/registry.sql` and `push.sql`: `ferry.register_table` and `ferry.push`,
 /// against a real PostgreSQL, with every push run as `ferry_client` the way the gateway
 /// runs it (identity statement and `select ferry.push(…)` in one pipeline).
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
@@ -169,7 +169,7 @@ import Testing
             for table in ["profiles", "game_records", "achievements", "tasks"] {
                 #expect(try await database.value(privileges, [table]) == "delete,insert,select,update", "\(table)")
             }
-            // device_lock (0007_locks): INSERT and UPDATE by column, never of the lock columns.
+            // device_lock: INSERT and UPDATE by column, never of the lock columns.
             #expect(try await database.value(privileges, ["active_game"]) == "delete,select")
             let columnPrivileges = """
                 select string_agg(attname || ':' || (select coalesce(string_agg(p, '' order by p), '') from unnest(array['a', 'w']) p

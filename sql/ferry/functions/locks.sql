@@ -1,89 +1,29 @@
--- 0007_locks: device locks on device_lock tables (PROTOCOL.md "Locks"), and lock columns
--- a client cannot write.
+-- Device locks on device_lock tables (docs/PROTOCOL.md "Locks"). The lock is the row,
+-- keyed (owner, <key column>) with the path's key cast to that column's type; its
+-- holder and heartbeat are _lock_device and _lock_heartbeat_at, by the server's clock.
 --
--- Adds
---   ferry.claim_lock(table, key, force)   POST /v1/locks/<table>/<key>/claim
---   ferry.heartbeat_lock(table, key)      POST …/heartbeat
---   ferry.release_lock(table, key)        POST …/release
---       Granted to ferry_client; SECURITY DEFINER (they write _lock_device, which the
---       request role may not), acting only on the caller's row: owner = ferry.uid(),
---       holder = ferry.device_id(). Each returns {"status": …, …}:
---         ok          {"holder", "heartbeat_at"} (release: just the status)
---         lock_held   claim: another device holds a fresh lock; {"holder", "heartbeat_age_ms"}
---         lock_lost   heartbeat: this device does not hold it (any more); {"holder"}
---         not_found   no device_lock table of that name
---         invalid     the key does not cast to the key column's type, or claiming could
---                     not create the row (a non-key column without a default); {"message"}
---       The lock is the row, keyed (owner, <key column>) with <key> cast to that
---       column's type. Claim creates it when missing (owner = caller, other columns at
---       their defaults) and succeeds when it is free, held by this device, stale (the
---       heartbeat older than options->>'stale_seconds' of ferry.synced_tables, default
---       30), or forced. Heartbeat times are the server's clock (now()). Every claim,
---       heartbeat and release updates the row, so its _stamp moves and the other devices
---       see the row again on their next pull (the realtime cue comes with issue 4's cue
---       trigger). A claim on a tombstone keeps it a tombstone: the holder's upsert revives it.
---   ferry.register_table()  now also, for device_lock tables, replaces ferry_client's
---       table-wide INSERT and UPDATE by column grants without _lock_device,
---       _lock_heartbeat_at, _stamp and updated_at (and INSERT without _deleted): a client
---       cannot fake holding a lock even with SQL run as ferry_client. _deleted stays
---       updatable because push, which runs as ferry_client, writes tombstones with it.
---       The 0005 body is kept under the name ferry.register_table_0005 and called first.
---       A column added to such a table later needs register_table again to be writable.
---       Tables registered as device_lock before this migration get the same grants here.
+-- Claim, heartbeat and release are granted to ferry_client and SECURITY DEFINER: they
+-- write the lock columns, which register_table's column grants keep from the request
+-- role, and act only on the caller's row (owner = ferry.uid(), holder =
+-- ferry.device_id()). Each returns {"status", …}:
+--   ok          {"holder", "heartbeat_at"} (release: the status alone)
+--   lock_held   claim: another device holds a fresh lock; {"holder", "heartbeat_age_ms"}
+--   lock_lost   heartbeat: this device does not hold it (any more); {"holder"}
+--   not_found   no device_lock table of that name
+--   invalid     the key does not cast to the key column's type, or claiming could not
+--               create the row (a non-key column without a default); {"message"}
+-- Every claim, heartbeat and release updates the row, so its _stamp moves and the other
+-- devices pull it again; claims and releases cue them, heartbeats do not.
 --
 -- Not closed here: a ferry_client session can still UPDATE a row's own columns while
 -- another device holds its lock (the lock_not_held check lives in ferry.push, which the
 -- gateway is the only caller of).
 
--- MARK: - Lock columns a client cannot write
-
-alter function ferry.register_table(regclass, text, name, jsonb) rename to register_table_0005;
-
--- The column grants of a device_lock table for ferry_client (see the header).
-create function ferry.restrict_lock_columns(p_table regclass) returns void
-language plpgsql set search_path = ''
-as $$
-declare
-    v_update text;
-    v_insert text;
-begin
-    select pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by a.attnum),
-            pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by a.attnum)
-                filter (where a.attname <> '_deleted')
-        into v_update, v_insert
-        from pg_catalog.pg_attribute a
-        where a.attrelid = p_table and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
-            and a.attname not in ('_stamp', 'updated_at', '_lock_device', '_lock_heartbeat_at');
-    execute pg_catalog.format('revoke insert, update on %s from ferry_client', p_table);
-    execute pg_catalog.format('grant insert (%s) on %s to ferry_client', v_insert, p_table);
-    execute pg_catalog.format('grant update (%s) on %s to ferry_client', v_update, p_table);
-end
-$$;
-
-create function ferry.register_table(
-    p_table regclass, strategy text, owner_column name default 'user_id', options jsonb default '{}'
-) returns void
-language plpgsql set search_path = '' set client_min_messages = warning
-as $$
-begin
-    -- 0005's table-wide revoke takes every column grant of an earlier registration with it.
-    perform ferry.register_table_0005(p_table, $2, $3, $4);
-    if $2 = 'device_lock' then
-        perform ferry.restrict_lock_columns(p_table);
-    end if;
-end
-$$;
-
-comment on function ferry.register_table(regclass, text, name, jsonb) is
-    'Makes a table synced with a strategy (lww, insert_only, set, device_lock, readonly, shared): sync columns, stamp trigger, (owner, _stamp) index, RLS, grants to ferry_client (column grants without the lock columns for device_lock), registry row. Idempotent.';
-
-select ferry.restrict_lock_columns(s.table_name) from ferry.synced_tables s where s.strategy = 'device_lock';
-
 -- MARK: - The lock row
 
--- Finds the device_lock table named p_table (bare name, as push names tables) and its
--- key column. Null rel when there is none.
-create function ferry.lock_table(
+-- The device_lock table named p_table (a bare name, as push names tables) and its key
+-- column; a null rel when there is none.
+create or replace function ferry.lock_table(
     p_table text, out rel regclass, out owner_column name, out key_column name, out key_type text,
     out stale_seconds numeric
 )
@@ -105,7 +45,7 @@ end
 $$;
 
 -- The ok answer of claim and heartbeat.
-create function ferry.lock_answer(p_holder text, p_at timestamptz) returns jsonb
+create or replace function ferry.lock_answer(p_holder text, p_at timestamptz) returns jsonb
 language sql immutable set search_path = ''
 as $$
     select pg_catalog.jsonb_build_object('status', 'ok', 'holder', p_holder,
@@ -114,7 +54,11 @@ $$;
 
 -- MARK: - Claim, heartbeat, release
 
-create function ferry.claim_lock(p_table text, p_key text, p_force boolean default false) returns jsonb
+-- Claim creates the row when missing (owner = caller, other columns at their defaults)
+-- and succeeds when it is free, held by this device, stale (the heartbeat older than
+-- the table's options->>'stale_seconds', default 30) or forced. A claim on a tombstone
+-- keeps it a tombstone: the holder's upsert revives it.
+create or replace function ferry.claim_lock(p_table text, p_key text, p_force boolean default false) returns jsonb
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -159,7 +103,10 @@ begin
 end
 $$;
 
-create function ferry.heartbeat_lock(p_table text, p_key text) returns jsonb
+-- A heartbeat only moves _lock_heartbeat_at, every few seconds per held lock: with
+-- ferry.skip_cues on around its UPDATE it cues nobody, where every device of the user
+-- would pull for nothing.
+create or replace function ferry.heartbeat_lock(p_table text, p_key text) returns jsonb
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -168,6 +115,7 @@ declare
     v_lock record;
     v_holder text;
     v_now timestamptz := pg_catalog.now();
+    v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
 begin
     select * into v_lock from ferry.lock_table(p_table);
     if v_lock.rel is null then
@@ -184,14 +132,16 @@ begin
     if v_holder is distinct from v_device then
         return pg_catalog.jsonb_build_object('status', 'lock_lost', 'holder', v_holder);
     end if;
+    perform pg_catalog.set_config('ferry.skip_cues', 'on', true);
     execute pg_catalog.format('update %s t set _lock_heartbeat_at = $3 where t.%I = $1 and t.%I = $2::%s',
         v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) using v_user, p_key, v_now;
+    perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
     return ferry.lock_answer(v_device, v_now);
 end
 $$;
 
 -- Releasing a lock this device does not hold changes nothing and is not an error.
-create function ferry.release_lock(p_table text, p_key text) returns jsonb
+create or replace function ferry.release_lock(p_table text, p_key text) returns jsonb
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -218,8 +168,6 @@ $$;
 -- MARK: - Grants
 
 revoke all on function
-    ferry.register_table_0005(regclass, text, name, jsonb), ferry.register_table(regclass, text, name, jsonb),
-    ferry.restrict_lock_columns(regclass),
     ferry.lock_table(text), ferry.lock_answer(text, timestamptz),
     ferry.claim_lock(text, text, boolean), ferry.heartbeat_lock(text, text), ferry.release_lock(text, text)
 from public;

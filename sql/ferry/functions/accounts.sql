@@ -1,100 +1,31 @@
--- 0002_accounts: users, sessions and refresh tokens; the registry of synced tables;
--- the request identity; the functions behind PROTOCOL.md's Accounts section.
+-- Accounts (docs/PROTOCOL.md "Accounts"): the request's identity, sessions and refresh
+-- tokens, sign-up, sign-in and its first-sign-in choice, and the operators' cleanup.
 --
--- Adds
---   ferry.users            an account; anonymous while it has no email
---   ferry.sessions         one per sign-in on a device; revoked on sign-out or token reuse
---   ferry.refresh_tokens   SHA-256 of every refresh token issued, and when it was used:
---                          a used one presented again revokes its session
---   ferry.revocations      sessions revoked recently, so a gateway whose LISTEN connection
---                          was down can reload what it missed
---   ferry.synced_tables    the registry of synced tables (ferry.register_table, from the
---                          sync migrations, fills it); account functions walk it
---   ferry.uid(), ferry.device_id(), ferry.session_id()
---                          the request's identity, set transaction-locally by the gateway
---   functions              one per account operation, SECURITY DEFINER with an empty
---                          search_path (every name below is schema-qualified)
+-- Functions that run before a caller is known (sign-up, refresh, sign-in, cleanup) are
+-- granted to ferry_gateway only, out of reach once a transaction is ferry_client; those
+-- a signed-in request calls are granted to ferry_client and act on ferry.uid() and
+-- ferry.session_id() alone, never on an id passed as an argument. They are SECURITY
+-- DEFINER with an empty search_path (every name qualified); the ones requests call are
+-- PL/pgSQL, which keeps each statement's plan for the connection, where a SECURITY
+-- DEFINER SQL function is planned again on every call.
 --
--- Who may call what. The tables are reachable by no role but their owner. Functions
--- that run before a caller is known (sign-up, refresh, sign-in, cleanup) are granted
--- to ferry_gateway only: after the gateway switches a transaction to ferry_client they
--- are out of reach. Functions a signed-in request calls (who am I, link, sign-out,
--- delete) are granted to ferry_client and act only on ferry.uid() / ferry.session_id(),
--- never on an id passed as an argument.
---
--- The contract with synced tables (made by ferry.register_table): every registered table
--- with an owner column has a boolean column _deleted (its tombstone); counting skips
--- tombstones. Tables without an owner (shared) are never touched here.
---
--- Revocations are announced with pg_notify('ferry_revoked', '{"session":…,"user":…,
--- "reason":…}') so every gateway drops the session from its hot-path cache at once.
-
-create table ferry.users (
-    id uuid primary key default gen_random_uuid(),
-    -- Lowercased by the gateway; unique case-insensitively below.
-    email text,
-    password_hash text,
-    created_at timestamptz not null default now(),
-    last_seen_at timestamptz not null default now(),
-    constraint email_and_password_together check ((email is null) = (password_hash is null))
-);
-create unique index users_email_key on ferry.users (lower(email));
--- cleanup-anonymous scans anonymous users by inactivity.
-create index users_anonymous_last_seen on ferry.users (last_seen_at) where email is null;
-
-create table ferry.sessions (
-    id uuid primary key default gen_random_uuid(),
-    user_id uuid not null references ferry.users on delete cascade,
-    device_id text not null,
-    created_at timestamptz not null default now(),
-    last_seen_at timestamptz not null default now(),
-    revoked_at timestamptz
-);
-create index sessions_user on ferry.sessions (user_id);
-
-create table ferry.refresh_tokens (
-    token_hash text primary key,
-    session_id uuid not null references ferry.sessions on delete cascade,
-    created_at timestamptz not null default now(),
-    used_at timestamptz
-);
-create index refresh_tokens_session on ferry.refresh_tokens (session_id);
-
-create table ferry.revocations (
-    session_id uuid primary key,
-    user_id uuid not null,
-    reason text not null check (reason in ('signed_out', 'token_reused', 'account_deleted')),
-    revoked_at timestamptz not null default now()
-);
-create index revocations_time on ferry.revocations (revoked_at);
-
-create table ferry.synced_tables (
-    table_name regclass primary key,
-    strategy text not null
-        check (strategy in ('lww', 'insert_only', 'set', 'device_lock', 'readonly', 'shared')),
-    -- null for shared tables, which belong to nobody.
-    owner_column name,
-    options jsonb not null default '{}',
-    registered_at timestamptz not null default now(),
-    constraint owner_unless_shared check ((owner_column is null) = (strategy = 'shared'))
-);
-
-revoke all on ferry.users, ferry.sessions, ferry.refresh_tokens, ferry.revocations from public;
-revoke all on ferry.synced_tables from public;
--- The schema endpoint reads the registry as the caller.
-grant select on ferry.synced_tables to ferry_client;
+-- Every registered table with an owner column has the tombstone _deleted; counting
+-- skips tombstones, and shared tables (no owner) are never touched here. Revocations
+-- are announced with pg_notify('ferry_revoked', '{"session", "user", "reason"}') so
+-- that every gateway drops the session from its cache at once.
 
 -- MARK: - The request's identity
 
-create function ferry.uid() returns uuid
+-- Set transaction-locally by the gateway (set_config('ferry.user_id', …, true)).
+create or replace function ferry.uid() returns uuid
 language sql stable parallel safe
 as $$ select nullif(pg_catalog.current_setting('ferry.user_id', true), '')::uuid $$;
 
-create function ferry.device_id() returns text
+create or replace function ferry.device_id() returns text
 language sql stable parallel safe
 as $$ select nullif(pg_catalog.current_setting('ferry.device_id', true), '') $$;
 
-create function ferry.session_id() returns uuid
+create or replace function ferry.session_id() returns uuid
 language sql stable parallel safe
 as $$ select nullif(pg_catalog.current_setting('ferry.session_id', true), '')::uuid $$;
 
@@ -104,7 +35,7 @@ comment on function ferry.uid() is
 -- MARK: - Rows in synced tables
 
 -- Live rows (not tombstones) owned by a user in every registered table.
-create function ferry.count_user_rows(p_user uuid) returns bigint
+create or replace function ferry.count_user_rows(p_user uuid) returns bigint
 language plpgsql stable security definer set search_path = ''
 as $$
 declare
@@ -122,7 +53,7 @@ end
 $$;
 
 -- Deletes every row a user owns in every registered table (tombstones included).
-create function ferry.delete_user_rows(p_user uuid) returns void
+create or replace function ferry.delete_user_rows(p_user uuid) returns void
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -137,8 +68,9 @@ $$;
 -- keep_device: the cloud account's rows become tombstones (its other devices drop them)
 -- and the anonymous user's rows move to the cloud account. Where a table's primary key
 -- includes the owner, a cloud row under the same key as a moving row is replaced by it
--- (the moved row is a newer version of that key for every device).
-create function ferry.move_user_rows(p_from uuid, p_to uuid) returns void
+-- (the moved row is a newer version of that key for every device); with the owner as
+-- the only key column, the two users' rows share the key whenever both exist.
+create or replace function ferry.move_user_rows(p_from uuid, p_to uuid) returns void
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -146,16 +78,17 @@ declare
     key_match text;
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
-        select pg_catalog.string_agg(pg_catalog.format('c.%1$I = a.%1$I', a.attname), ' and ')
-            into key_match
-            from pg_catalog.pg_index i
-            join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
-            where i.indrelid = t.table_name and i.indisprimary and a.attname <> t.owner_column;
-        if key_match is not null and exists (
+        if exists (
             select from pg_catalog.pg_index i
             join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
             where i.indrelid = t.table_name and i.indisprimary and a.attname = t.owner_column
         ) then
+            -- The owner is part of the key: the other key columns (none: every pair matches).
+            select coalesce(pg_catalog.string_agg(pg_catalog.format('c.%1$I = a.%1$I', a.attname), ' and '), 'true')
+                into key_match
+                from pg_catalog.pg_index i
+                join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
+                where i.indrelid = t.table_name and i.indisprimary and a.attname <> t.owner_column;
             execute pg_catalog.format(
                 'delete from %1$s c using %1$s a where c.%2$I = $1 and a.%2$I = $2 and %3$s',
                 t.table_name, t.owner_column, key_match) using p_to, p_from;
@@ -171,29 +104,32 @@ $$;
 -- MARK: - Sessions
 
 -- Records a revocation and tells every gateway.
-create function ferry.announce_revocation(p_session uuid, p_user uuid, p_reason text) returns void
-language sql security definer set search_path = ''
+create or replace function ferry.announce_revocation(p_session uuid, p_user uuid, p_reason text) returns void
+language plpgsql security definer set search_path = ''
 as $$
+begin
     insert into ferry.revocations (session_id, user_id, reason) values (p_session, p_user, p_reason)
         on conflict (session_id) do nothing;
-    select pg_catalog.pg_notify('ferry_revoked', pg_catalog.json_build_object(
+    perform pg_catalog.pg_notify('ferry_revoked', pg_catalog.json_build_object(
         'session', p_session, 'user', p_user, 'reason', p_reason)::text);
+end
 $$;
 
 -- A new session for a user on a device, with its first refresh token.
-create function ferry.open_session(p_user uuid, p_device text, p_refresh_hash text) returns uuid
-language sql security definer set search_path = ''
+create or replace function ferry.open_session(p_user uuid, p_device text, p_refresh_hash text) returns uuid
+language plpgsql security definer set search_path = ''
 as $$
-    with session as (
-        insert into ferry.sessions (user_id, device_id) values (p_user, p_device) returning id
-    ), token as (
-        insert into ferry.refresh_tokens (token_hash, session_id) select p_refresh_hash, id from session
-    )
-    select id from session;
+declare
+    opened uuid;
+begin
+    insert into ferry.sessions (user_id, device_id) values (p_user, p_device) returning id into opened;
+    insert into ferry.refresh_tokens (token_hash, session_id) values (p_refresh_hash, opened);
+    return opened;
+end
 $$;
 
 -- POST /v1/auth/anonymous: a user and a session in one statement.
-create function ferry.sign_up_anonymous(p_device text, p_refresh_hash text, out user_id uuid, out session_id uuid)
+create or replace function ferry.sign_up_anonymous(p_device text, p_refresh_hash text, out user_id uuid, out session_id uuid)
 language plpgsql security definer set search_path = ''
 as $$
 begin
@@ -205,7 +141,7 @@ $$;
 -- POST /v1/auth/refresh: rotates a refresh token. status is ok, invalid (unknown
 -- token), revoked (its session was revoked) or reused (a used token again: the whole
 -- session is revoked now).
-create function ferry.refresh_session(
+create or replace function ferry.refresh_session(
     p_token_hash text, p_new_hash text,
     out status text, out user_id uuid, out session_id uuid, out device_id text, out email text
 )
@@ -244,16 +180,19 @@ $$;
 
 -- POST /v1/auth/signin, step 1: the account behind an email (the gateway checks the
 -- password on a worker thread, then calls ferry.sign_in).
-create function ferry.find_credentials(p_email text, out user_id uuid, out password_hash text)
-language sql stable security definer set search_path = ''
+create or replace function ferry.find_credentials(p_email text, out user_id uuid, out password_hash text)
+language plpgsql stable security definer set search_path = ''
 as $$
-    select id, password_hash from ferry.users where pg_catalog.lower(email) = pg_catalog.lower(p_email);
+begin
+    select u.id, u.password_hash into user_id, password_hash
+    from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email);
+end
 $$;
 
 -- POST /v1/auth/signin, step 2, after the password checked out. p_anonymous is the user
 -- of the device's current anonymous session (null when signing in without one).
 -- status: ok, or resolution_required (nothing changed) with both row counts.
-create function ferry.sign_in(
+create or replace function ferry.sign_in(
     p_user uuid, p_device text, p_refresh_hash text, p_anonymous uuid, p_resolve text,
     out status text, out session_id uuid, out email text, out reset boolean,
     out device_rows bigint, out cloud_rows bigint
@@ -285,6 +224,9 @@ begin
         end if;
         perform ferry.announce_revocation(s.id, p_anonymous, 'account_deleted')
             from ferry.sessions s where s.user_id = p_anonymous and s.revoked_at is null;
+        -- What is left of the anonymous user's rows (its tombstones, when it had no live row
+        -- and so no choice to make) goes with it: nothing else would ever delete them.
+        perform ferry.delete_user_rows(p_anonymous);
         delete from ferry.users u where u.id = p_anonymous;
     end if;
     session_id := ferry.open_session(p_user, p_device, p_refresh_hash);
@@ -296,16 +238,18 @@ $$;
 -- MARK: - Signed-in requests (as ferry_client, on the transaction's identity)
 
 -- GET /v1/auth/user. No row when the session was revoked or the user is gone.
-create function ferry.current_account(out user_id uuid, out email text)
-language sql security definer set search_path = ''
+create or replace function ferry.current_account(out user_id uuid, out email text)
+language plpgsql security definer set search_path = ''
 as $$
-    select u.id, u.email
+begin
+    select u.id, u.email into user_id, email
     from ferry.sessions s join ferry.users u on u.id = s.user_id
     where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null;
+end
 $$;
 
 -- POST /v1/auth/link: status ok, already_linked, email_in_use or revoked.
-create function ferry.link_email(p_email text, p_password_hash text) returns text
+create or replace function ferry.link_email(p_email text, p_password_hash text) returns text
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -332,8 +276,10 @@ exception
 end
 $$;
 
--- POST /v1/auth/signout: revokes the current session and its refresh tokens.
-create function ferry.sign_out() returns void
+-- POST /v1/auth/signout: revokes the current session. Its refresh tokens stay, so one
+-- presented again is answered session_revoked; they can never rotate again
+-- (refresh_session checks the session first) and go with the user (on delete cascade).
+create or replace function ferry.sign_out() returns void
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -343,7 +289,6 @@ begin
         where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
         returning s.id into revoked;
     if revoked is not null then
-        delete from ferry.refresh_tokens r where r.session_id = revoked;
         perform ferry.announce_revocation(revoked, ferry.uid(), 'signed_out');
     end if;
 end
@@ -352,7 +297,7 @@ $$;
 -- DELETE /v1/account: the user's rows in every synced table, its sessions, the user.
 -- status: ok (also when the user is already gone: a retry after a lost answer) or
 -- revoked (the session was signed out while the account lives).
-create function ferry.delete_account() returns text
+create or replace function ferry.delete_account() returns text
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -381,7 +326,7 @@ $$;
 -- p_inactive, with their rows; returns how many. Each call is one transaction, so a
 -- run can be interrupted and resumed. Also forgets revocations older than two days
 -- (far beyond any access token's life).
-create function ferry.cleanup_anonymous(p_inactive interval, p_batch integer) returns integer
+create or replace function ferry.cleanup_anonymous(p_inactive interval, p_batch integer) returns integer
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -405,7 +350,7 @@ end
 $$;
 
 -- How many anonymous users cleanup would delete (ferry cleanup-anonymous --dry-run).
-create function ferry.count_inactive_anonymous(p_inactive interval) returns bigint
+create or replace function ferry.count_inactive_anonymous(p_inactive interval) returns bigint
 language sql stable security definer set search_path = ''
 as $$
     select count(*) from ferry.users u where u.email is null and u.last_seen_at < now() - p_inactive;
@@ -413,7 +358,7 @@ $$;
 
 -- Sessions revoked since a time: a gateway reloads its cache with these after its
 -- LISTEN connection was down.
-create function ferry.recent_revocations(p_since timestamptz, out session_id uuid, out revoked_at timestamptz)
+create or replace function ferry.recent_revocations(p_since timestamptz, out session_id uuid, out revoked_at timestamptz)
 returns setof record
 language sql stable security definer set search_path = ''
 as $$

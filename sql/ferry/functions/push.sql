@@ -1,60 +1,62 @@
--- 0015_push_final_answers: a push PostgreSQL cannot store, or gets wrong, has a final
--- answer: the mutation that holds the problem is rejected on its own and the rest of the
--- batch applies. Before, such a batch failed whole with 500 (retryable) on every retry,
--- and the device's outbox was stuck behind it.
+-- POST /v1/push, exactly once per mutation (docs/PROTOCOL.md "Push", and its notes
+-- "Push, pull and schema" and "Database errors" for every decision the contract leaves
+-- open). The gateway calls ferry.push_body with the body as it received it; SQL callers
+-- call ferry.push. Both run ferry.push_mutations as ferry_client (SECURITY INVOKER, so
+-- Row Level Security on the synced tables enforces ownership).
 --
--- Adds
---   ferry.push_body(body text, max_mutations integer)
---                             POST /v1/push: the request body as the gateway received it
---                             (text, checked as UTF-8 JSON by the gateway), null when it
---                             holds more than max_mutations mutations, else push's answer.
---                             The body is read as jsonb in one cast. When that cast fails
---                             (a \u0000 escape, which text cannot hold; a number beyond
---                             numeric's range), each mutation is read alone and the ones
---                             that do not convert are answered here: unknown_table when the
---                             table name holds the \u0000, else invalid_row, naming the
---                             column when it can. Other members of the body are ignored,
---                             whatever they hold.
---   ferry.push_mutations(mutations jsonb, unstorable jsonb)
---                             0013's ferry.push with these changes:
---                             - a mutation listed in unstorable (by its position) is
---                               rejected with the code and message given there;
---                             - a value that does not convert names its column
---                               (`column "seconds": invalid input syntax for type integer:
---                               "abc"`), through ferry.column_value_error;
---                             - a key value must be of the JSON type pull sends that
---                               column as: a string for text, uuid, date and the like, a
---                               number for integer, numeric and float columns, a boolean for
---                               boolean. `"id": 5` for a text key was stored as "5", so the
---                               device kept a row keyed 5 and pulled one keyed "5";
---                             - a mutation with no table, or a table that is not a string,
---                               says so (it was "no table is not a synced table");
---                             - program_limit_exceeded (a value too large for its index
---                               entry) and raise_exception (an operator's trigger refusing a
---                               row with a plain RAISE EXCEPTION) reject the mutation as
---                               invalid_row instead of failing the batch;
---                             - a mutation without an id is refused with the batch's other
---                               shape errors (it was taken as id null).
---   ferry.column_value_error(table, row)
---                             which column of a row does not convert to the table's type,
---                             and why; null when none alone fails.
---
--- Changes
---   ferry.push(jsonb)         ferry.push_mutations with nothing unstorable, for SQL callers
---                             (a jsonb argument holds no \u0000). The gateway calls
---                             ferry.push_body.
---
--- Which errors reject one mutation and which fail the batch: PROTOCOL.md's notes
--- ("Database errors"). Everything a retry cannot fix that comes from the batch's data is
--- final; only what a retry can fix (a lost connection, a timeout, a serialization failure
--- or deadlock, exhausted resources) fails the batch with 503.
+-- Every identifier that reaches SQL text is a regclass (whose text form is quoted) or
+-- passes through format('%I'), with column names from the catalog checked against what
+-- the request names; values are bound with USING, never interpolated.
+
+-- MARK: - Devices
+
+-- A device's row in ferry.devices holds the last mutation id it pushed, stored in the
+-- same transaction as the writes. ferry_client reads its own (pull reports it) and
+-- writes it only through the two SECURITY DEFINER functions below, which act on the
+-- caller's own device alone. The policy calls ferry.uid(), so it is made here, after it.
+drop policy if exists devices_owner on ferry.devices;
+create policy devices_owner on ferry.devices
+    using (user_id = (select ferry.uid())) with check (user_id = (select ferry.uid()));
+
+-- The caller's device row, locked until the transaction ends (made when missing): two
+-- pushes of one device serialize here. Returns its last mutation id.
+create or replace function ferry.lock_device() returns bigint
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_user uuid := ferry.uid();
+    v_device text := ferry.device_id();
+    v_last bigint;
+begin
+    if v_user is null or v_device is null then
+        raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
+    end if;
+    select d.last_mutation_id into v_last from ferry.devices d
+        where d.user_id = v_user and d.device_id = v_device for update;
+    if v_last is null then
+        -- A concurrent first push of the same device waits on the insert, then finds its row.
+        insert into ferry.devices (user_id, device_id) values (v_user, v_device) on conflict do nothing;
+        select d.last_mutation_id into v_last from ferry.devices d
+            where d.user_id = v_user and d.device_id = v_device for update;
+    end if;
+    return v_last;
+end
+$$;
+
+-- Raises the caller's device's last mutation id to p_last (never lowers it).
+create or replace function ferry.advance_device(p_last bigint) returns void
+language sql security definer set search_path = ''
+as $$
+    update ferry.devices d set last_mutation_id = greatest(d.last_mutation_id, p_last)
+        where d.user_id = ferry.uid() and d.device_id = ferry.device_id();
+$$;
 
 -- MARK: - One column's conversion
 
 -- The first column of p_row (in key order) whose value alone does not convert to its
 -- column's type, as 'column "name": <the server's message>'. Called only after a
 -- mutation failed with a data exception, so its cost is the error path's.
-create function ferry.column_value_error(p_table regclass, p_row jsonb) returns text
+create or replace function ferry.column_value_error(p_table regclass, p_row jsonb) returns text
 language plpgsql
 as $$
 declare
@@ -75,9 +77,29 @@ begin
 end
 $$;
 
--- MARK: - push, mutation by mutation
+-- MARK: - Push, mutation by mutation
 
-create function ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) returns jsonb
+-- p_mutations is {"mutations": [...]} (other fields ignored) or the array itself;
+-- p_unstorable maps a mutation's position to the {"code", "message"} it is rejected
+-- with (what ferry.push_body could not read as jsonb). Returns {"last_mutation_id": N,
+-- "results": [{"id", "status": "applied" | "duplicate" | "rejected", "code"?,
+-- "message"?}, ...]}, one result per mutation in order.
+--
+-- A batch that is not an array of objects with non-negative integer ids raises 22023
+-- (400 invalid_request); anything wrong inside one mutation rejects that mutation only:
+-- each runs in its own subtransaction, so a failed write is undone alone and the batch
+-- goes on. Errors a retry can fix (deadlock, serialization, connection) abort the batch.
+--
+-- An lww upsert, the common write, tries the table's static upsert first
+-- (ferry.upsert_row, registry.sql), else builds the statement for the given columns.
+-- While it writes a table, push sets ferry.skip_cues to that table's name (its own
+-- writes are the caller's rows, so it cues them itself, once per table, at the end; a
+-- write an operator's trigger makes to another synced table still cues as always).
+--
+-- No fixed search_path: push runs with the caller's own privileges and names everything
+-- qualified, and an operator's triggers on a synced table run inside it and may rely on
+-- the session's path.
+create or replace function ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) returns jsonb
 language plpgsql
 as $$
 declare
@@ -164,7 +186,7 @@ begin
             select pg_catalog.jsonb_object_agg(a.attname, true) as names
             from pg_catalog.pg_attribute a
             where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
-                and a.attname not in ('_stamp', '_deleted', '_lock_device', '_lock_heartbeat_at', 'updated_at')
+                and a.attname <> all (ferry.unwritable_columns())
         ) cols
         where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(v_list) m);
 
@@ -396,7 +418,13 @@ comment on function ferry.push_mutations(jsonb, jsonb) is
 
 -- MARK: - The body as the gateway receives it
 
-create function ferry.push_body(p_body text, p_max_mutations integer) returns jsonb
+-- The body as text (checked as UTF-8 JSON by the gateway), null when it holds more than
+-- p_max_mutations mutations, else push's answer. It is read as jsonb in one cast; when
+-- that fails (a \u0000 escape, which text cannot hold; a number beyond numeric's
+-- range), each mutation is read alone and the ones that do not convert are answered as
+-- rejections: unknown_table when the table name holds the \u0000, else invalid_row,
+-- naming the column when it can.
+create or replace function ferry.push_body(p_body text, p_max_mutations integer) returns jsonb
 language plpgsql
 as $$
 declare
@@ -502,8 +530,7 @@ $$;
 comment on function ferry.push_body(text, integer) is
     'POST /v1/push as one statement, run as ferry_client: the body as text, null when it holds more than max_mutations mutations; a mutation with no jsonb form (\u0000, a number beyond numeric) is rejected on its own';
 
--- MARK: - ferry.push for SQL callers
-
+-- A push batch given as jsonb, for SQL callers (a jsonb value holds no \u0000).
 create or replace function ferry.push(p_mutations jsonb) returns jsonb
 language plpgsql
 as $$
@@ -518,8 +545,11 @@ comment on function ferry.push(jsonb) is
 -- MARK: - Grants
 
 revoke all on function
-    ferry.column_value_error(regclass, jsonb), ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer)
+    ferry.lock_device(), ferry.advance_device(bigint), ferry.column_value_error(regclass, jsonb),
+    ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer), ferry.push(jsonb)
 from public;
+
 grant execute on function
-    ferry.column_value_error(regclass, jsonb), ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer)
+    ferry.lock_device(), ferry.advance_device(bigint), ferry.column_value_error(regclass, jsonb),
+    ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer), ferry.push(jsonb)
 to ferry_client;

@@ -1,16 +1,19 @@
--- 0002_tables: the puzzle game's tables, each registered with its sync strategy.
+-- 0001_tables: the puzzle game's tables, each registered with its sync strategy.
 --
 -- Copy and adapt: this is an operator's migration like any other (applied once, never
--- edited; later changes go in 0003_… onwards). Every owned table has user_id uuid, which
--- ferry.register_table makes the owner column; the sync columns (_stamp, _deleted,
--- updated_at, and _lock_* for device_lock) are added by register_table, not here.
--- No foreign key to ferry.users: Ferry's account functions move, tombstone and delete a
--- user's rows in every registered table themselves (first sign-in, account deletion).
+-- edited; later changes go in 0002_… onwards). Every owned table has user_id uuid, which
+-- ferry.register_table makes the owner column, and is keyed within it, so that each
+-- player has every key to themselves (docs/TABLES.md, "Keys"); push fills user_id in
+-- from the caller. The sync columns (_stamp, _deleted, updated_at, and _lock_* for
+-- device_lock) are added by register_table, not here. No foreign key to ferry.users:
+-- Ferry's account functions move, tombstone and delete a user's rows in every
+-- registered table themselves (first sign-in, account deletion).
 --
 --   profiles          lww          username and trophy slots, one row per user
 --   user_settings     lww          one JSONB blob per user (push merges whole columns,
 --                                  so the client sends the whole blob)
---   game_records      insert_only  a finished game never changes; id is made on the device
+--   game_records      insert_only  a finished game never changes; id is made on the
+--                                  device ('g-<unix time>'), unique per player
 --   achievements      set          membership: earned once, pushing it again is a no-op
 --   active_game       device_lock  the mid-puzzle state, played on one device at a time;
 --                                  keyed (user_id, slot), the app uses slot 'current'
@@ -32,11 +35,12 @@ create table public.user_settings (
 select ferry.register_table('public.user_settings', strategy => 'lww');
 
 create table public.game_records (
-    id text primary key,
+    id text not null,
     user_id uuid not null,
     puzzle_id text not null,
     seconds integer not null check (seconds >= 0),
-    finished_at timestamptz not null
+    finished_at timestamptz not null,
+    primary key (user_id, id)
 );
 select ferry.register_table('public.game_records', strategy => 'insert_only');
 

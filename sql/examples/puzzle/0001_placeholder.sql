@@ -1,6 +1,0 @@
--- 0001_placeholder: nothing yet.
---
--- The puzzle game's tables (profiles and settings, finished games, achievements, daily
--- challenges, the mid-puzzle state) come with the sync work. This file keeps the
--- directory in place so `ferry dev` migrates it from the first day. Like every
--- migration, it is never edited once applied: the tables arrive as 0002_… onwards.

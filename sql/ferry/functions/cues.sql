@@ -1,0 +1,131 @@
+-- Cues (docs/PROTOCOL.md "Streams", docs/ARCHITECTURE.md "Cues in SQL"): every write
+-- to a synced table tells its owners' devices, through pg_notify('ferry_cue', …), that
+-- the table changed; and TRUNCATE, which would leave devices no tombstone to pull, is
+-- refused. ferry.register_table installs the triggers (registry.sql).
+--
+-- The payload, which the gateway parses, is '<owner> <device> <table>': the owner
+-- column's uuid as text, or * for a shared table (every user); ferry.device_id when set
+-- (the pushing device), else - (an operator's psql, a cron job: they cue like a push);
+-- the table's name as clients know it, last, so it may hold anything. Notifications go
+-- out at commit, so a rolled-back write cues nobody, and PostgreSQL folds identical
+-- payloads of one transaction into one.
+--
+-- ferry.skip_cues, a transaction-local setting, silences the triggers: 'on' for every
+-- table (lock heartbeats; an operator's bulk maintenance clients need not hear of:
+-- set_config('ferry.skip_cues', 'on', true)), or one table's name, which push sets
+-- while it writes that table because it cues its own writes once per table.
+
+-- MARK: - The cue triggers
+
+-- ferry.device_id as a cue names it: one word the gateway can read, else '-'.
+create or replace function ferry.cue_device() returns text
+language sql stable
+as $$
+    select case when d is null or d = '' or pg_catalog.strpos(d, ' ') > 0 or pg_catalog.length(d) > 200
+        then '-' else d end
+    from (select pg_catalog.current_setting('ferry.device_id', true) as d) setting;
+$$;
+
+-- The statement trigger of every synced table (ferry_cue_insert, _update, _delete: one
+-- event each, since PostgreSQL allows transition tables only on a trigger with one).
+-- Its argument is the table's owner column, none for a shared table. One notification
+-- per distinct owner of the rows the statement touched: for UPDATE the owners of the old
+-- rows and of the new (re-owning moves rows between users). Deleting a tombstone
+-- (a purge, an operator's hard delete) cues nobody: a pull would bring nothing.
+--
+-- No search_path (a SET clause costs a GUC save and restore per call); static SQL only,
+-- so PL/pgSQL keeps its plans per table. It calls pg_notify per row and leaves the
+-- folding to PostgreSQL, cheaper than a DISTINCT's hash table on a push's one-row
+-- statements (bench/RESULTS.md, "Realtime: cost of cues on writes").
+create or replace function ferry.send_cues() returns trigger
+language plpgsql
+as $$
+declare
+    v_skip text := pg_catalog.current_setting('ferry.skip_cues', true);
+    v_suffix text;
+begin
+    if v_skip = 'on' or v_skip = tg_table_name then
+        return null;
+    end if;
+    v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
+
+    -- Each branch is one query over the transition tables, calling pg_notify per row: the
+    -- identical payloads of a statement (and of its transaction) are folded into one by
+    -- PostgreSQL, so each owner is notified once. Cheaper than DISTINCT, whose hash table per
+    -- statement tripled the trigger's cost on the one-row statements of a push.
+    if tg_nargs = 0 then
+        -- shared: one cue for every user when any row was touched. (A query names only
+        -- the transition tables its trigger has, so DELETE has its own.)
+        if tg_op = 'DELETE' then
+            if exists (select from old_rows o where not o._deleted) then
+                perform pg_catalog.pg_notify('ferry_cue', '*' || v_suffix);
+            end if;
+        elsif exists (select from new_rows) then
+            perform pg_catalog.pg_notify('ferry_cue', '*' || v_suffix);
+        end if;
+    elsif tg_argv[0] = 'user_id' then
+        -- The default owner column, read directly (the generic branch costs a row's JSON).
+        if tg_op = 'INSERT' then
+            perform pg_catalog.pg_notify('ferry_cue', n.user_id::text || v_suffix)
+                from new_rows n where n.user_id is not null;
+        elsif tg_op = 'UPDATE' then
+            perform pg_catalog.pg_notify('ferry_cue', c.owner::text || v_suffix)
+                from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
+                where c.owner is not null;
+        else
+            perform pg_catalog.pg_notify('ferry_cue', o.user_id::text || v_suffix)
+                from old_rows o where o.user_id is not null and not o._deleted;
+        end if;
+    else
+        if tg_op = 'INSERT' then
+            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+                from (select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n) c
+                where c.owner is not null;
+        elsif tg_op = 'UPDATE' then
+            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+                from (
+                    select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n
+                    union all
+                    select pg_catalog.to_jsonb(o) ->> tg_argv[0] from old_rows o
+                ) c
+                where c.owner is not null;
+        else
+            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+                from (select pg_catalog.to_jsonb(o) ->> tg_argv[0] as owner from old_rows o where not o._deleted) c
+                where c.owner is not null;
+        end if;
+    end if;
+    return null;
+end
+$$;
+
+comment on function ferry.send_cues() is
+    'Statement trigger of every synced table: one pg_notify(''ferry_cue'', ''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+
+-- MARK: - TRUNCATE
+
+-- A BEFORE TRUNCATE statement trigger (ferry_refuse_truncate). TRUNCATE removes rows
+-- without a tombstone, a row trigger or a cue: devices would keep the rows and push
+-- them back. DELETE makes tombstones every device pulls. To empty a table anyway (a
+-- development database), in one transaction:
+--     alter table t disable trigger ferry_refuse_truncate; truncate t;
+--     alter table t enable trigger ferry_refuse_truncate;
+create or replace function ferry.refuse_truncate() returns trigger
+language plpgsql set search_path = ''
+as $$
+begin
+    raise exception 'TRUNCATE of synced table %.% is refused: it leaves no tombstones, so devices would keep the rows',
+        tg_table_schema, tg_table_name
+        using errcode = '0A000',
+            hint = 'DELETE the rows instead: they become tombstones that devices pull. To empty the table anyway,'
+                ' disable the trigger ferry_refuse_truncate around the TRUNCATE in one transaction.';
+end
+$$;
+
+comment on function ferry.refuse_truncate() is
+    'BEFORE TRUNCATE trigger of every synced table: refuses it (0A000), since TRUNCATE leaves no tombstones for devices to pull';
+
+-- MARK: - Grants
+
+revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.refuse_truncate() from public;
+grant execute on function ferry.cue_device() to ferry_client;
