@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help deps build db db-stop db-reset run test lint format bench clean
+.PHONY: help deps build db db-stop db-reset run test lint format schema bench clean
 
 # The toolchain lives in /opt/swift on the project's machines; elsewhere it is on PATH.
 ifeq ($(shell command -v swift 2>/dev/null),)
@@ -88,6 +88,9 @@ test: deps build lint ## lint, start PostgreSQL, run every test against it (in p
 	stop_database; \
 	if [ "$$status" -ne 0 ]; then echo "make test: tests failed (exit $$status)"; fi; \
 	exit "$$status"
+
+schema: db ## regenerate sql/ferry/schema.sql (pg_dump of a scratch database migrated with sql/ferry)
+	sql/schema.sh
 
 bench: deps build db ## run the benchmarks in bench/
 	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet (see bench/README.md)"; fi

@@ -425,6 +425,72 @@ import Testing
         }
     }
 
+    /// sql/ferry/schema.sql is what sql/ferry makes: a fresh database migrated with it
+    /// alone, dumped and normalised by sql/schema.sh with the server's own pg_dump, is the
+    /// file to the byte.
+    @Test func theCheckedInSchemaIsWhatSqlFerryMakes() async throws {
+        try await withMigrations([:]) { database, client, _ in
+            try await Migrator(sqlRoot: Self.sqlRoot, extraDirectories: []).migrate(client)
+            let output = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-schema-\(UUID()).sql")
+            let errors = output.path + ".err"
+            defer {
+                try? FileManager.default.removeItem(at: output)
+                try? FileManager.default.removeItem(atPath: errors)
+            }
+            var environment = ProcessInfo.processInfo.environment
+            environment["PG_DUMP"] = try await database.serverProgram("pg_dump")
+            let child = try ChildProcess(
+                "/bin/bash", [Self.sqlRoot + "/schema.sh", "--print", database.url], environment: environment,
+                output: output.path, errors: errors)
+            let (ending, killed) = child.wait(seconds: 120)
+            let problems = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            try #require(ending == .exited(0) && !killed, "sql/schema.sh --print failed: \(problems)")
+            let dumped = try String(contentsOf: output, encoding: .utf8).components(separatedBy: "\n")
+            let file = try String(contentsOfFile: Self.sqlRoot + "/ferry/schema.sql", encoding: .utf8)
+                .components(separatedBy: "\n")
+            if dumped != file {
+                let line =
+                    zip(dumped, file).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+                    ?? min(dumped.count, file.count)
+                Issue.record(
+                    """
+                    sql/ferry/schema.sql no longer matches what sql/ferry's migrations make: run `make schema` \
+                    (sql/schema.sh) and commit the file. First difference, line \(line + 1): \
+                    made "\(line < dumped.count ? dumped[line] : "(end)")", file "\(line < file.count ? file[line] : "(end)")"
+                    """)
+            }
+        }
+    }
+
+    /// Each function of schema ferry has one definition under sql/, and none is named
+    /// after a migration (no layered `register_table_0005`): the generated pull readers
+    /// (`pull_rows_<table oid>`) are the only names with a number.
+    @Test func eachFerryFunctionIsDefinedInOneFileUnderSqlAndNoneIsNamedAfterAMigration() async throws {
+        var definitions: [String: [String]] = [:]
+        let root = URL(fileURLWithPath: Self.sqlRoot)
+        let files =
+            FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil)?
+            .compactMap { ($0 as? URL)?.path }.filter { $0.hasSuffix(".sql") && !$0.hasSuffix("/schema.sql") } ?? []
+        let definition = try Regex(#"create (?:or replace )?function ferry\.([a-z_0-9]+)"#).ignoresCase()
+        for file in files {
+            let text = try String(contentsOfFile: file, encoding: .utf8)
+            for match in text.matches(of: definition) {
+                definitions[String(match.output[1].substring ?? ""), default: []].append(file)
+            }
+        }
+        let duplicated = definitions.filter { $0.value.count > 1 }
+        #expect(duplicated.isEmpty, "defined more than once: \(duplicated)")
+        try await withMigrations([:]) { _, client, _ in
+            try await Migrator(sqlRoot: Self.sqlRoot, extraDirectories: []).migrate(client)
+            let functions = try await client.query(
+                "select proname::text from pg_proc where pronamespace = 'ferry'::regnamespace order by 1")
+            let names = (0..<functions.count).compactMap { functions[$0, 0] }
+            #expect(names.count > 40)
+            #expect(names.filter { $0.contains(/_[0-9]+$/) }.isEmpty, "\(names)")
+            #expect(names.filter { definitions[$0] == nil }.isEmpty, "functions without a definition under sql/")
+        }
+    }
+
     @Test func roleCreationIsSafeWhenManyDatabasesMigrateAtOnce() async throws {
         // Roles are cluster-wide. Run 0001 with fresh role names in four databases at
         // once, so every session races the others to create the same roles.

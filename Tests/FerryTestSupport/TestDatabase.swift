@@ -77,6 +77,24 @@ public struct TestDatabase: Sendable {
         try await PostgresClient.connect(configuration)
     }
 
+    /// The client program `name` (`pg_dump`, …) of the server's own major version, from
+    /// Debian's `/usr/lib/postgresql/<major>/bin` (which the `postgresql` package installs
+    /// with the server): another major version's output differs. Throws, saying what to
+    /// install, when it is not there.
+    public func serverProgram(_ name: String) async throws -> String {
+        let client = try await connect()
+        let version = try await client.query("show server_version_num")[0, 0].flatMap { Int($0) }
+        await client.close()
+        let major = (version ?? 0) / 10_000
+        let path = "/usr/lib/postgresql/\(major)/bin/\(name)"
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw TestDatabaseError(
+                "\(path) is missing: the test server is PostgreSQL \(major), whose \(name) these tests run; "
+                    + "install postgresql-client-\(major)")
+        }
+        return path
+    }
+
     /// Drops the database, disconnecting whoever is still connected (`WITH (FORCE)`).
     public func drop() async throws {
         let admin = try await PostgresClient.connect(maintenance)
