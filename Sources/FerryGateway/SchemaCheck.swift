@@ -13,8 +13,8 @@ enum SchemaCheck: Equatable, Sendable {
     /// No connection (refused, unknown database or role, authentication, timeout):
     /// libpq's text, for the log only.
     case unreachable(String)
-    /// No schema `ferry`, or no `ferry.schema_version()`: never migrated (or not by a
-    /// Ferry of this generation).
+    /// No schema `ferry`, or no `ferry.schema_version()`: never migrated (or by an
+    /// earlier version of Ferry, whose history `ferry migrate` refuses).
     case notMigrated
     /// `ferry.schema_version()` answered this version, older than the binary's.
     case behind(Int)
@@ -73,8 +73,8 @@ enum SchemaCheck: Equatable, Sendable {
                 + "there. A new database must be created, then migrated: \(migrate) (it also creates the role "
                 + "ferry_gateway)"
         case .notMigrated:
-            return "the database has no Ferry schema (ferry.schema_version() is missing): it was never migrated; "
-                + migrate
+            return "the database has no Ferry schema (ferry.schema_version() is missing): it was never migrated "
+                + "(or by an earlier version of Ferry, which ferry migrate says how to replace); " + migrate
         case .behind(let version):
             return "the database's schema is older than this binary: ferry.schema_version() is \(version), this "
                 + "binary needs \(Ferry.requiredSchemaVersion) or newer; " + migrate
