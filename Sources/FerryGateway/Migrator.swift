@@ -214,8 +214,8 @@ public struct MigrationPlan: Sendable, Equatable {
             return MigrationError(
                 "this database was migrated by an earlier version of Ferry: its ledger records \(first)\(others), "
                     + "which this version's sql/ferry does not have (its history was rewritten into a new baseline "
-                    + "before Ferry's first release), so its schema cannot be brought up to date. A development "
-                    + "database is made again: `ferry db reset` (deletes its data), then `ferry migrate` or "
+                    + "before Ferry's first release), so its schema cannot be brought up to date. For the development "
+                    + "database: `ferry db reset` (deletes it with its data), then `ferry migrate` or "
                     + "`ferry dev` (docs/OPERATIONS.md, \"A database made by an earlier version\")",
                 migrationName: first)
         }
