@@ -53,27 +53,36 @@ import Testing
         }
     }
 
+    /// The server accepts each connection attempt and closes it at once, so every
+    /// attempt fails; the listener must come back for more, without reporting a state.
     @Test func listenerKeepsRetryingWhileTheServerIsUnreachable() async throws {
         try await withLoop { loop in
-            let attempts = Log()
+            let server = try LoopbackSocket(listening: true)
+            let states = Log()
             let configuration = try PostgresConfiguration(
-                "postgresql://postgres@127.0.0.1:1/postgres", connectTimeoutMilliseconds: 500)
+                "postgresql://postgres@127.0.0.1:\(server.port)/postgres", connectTimeoutMilliseconds: 2_000)
             let listener: LoopBound<Listener> = try await onLoop(loop) { done in
                 let listener = Listener(
                     loop: loop, configuration: configuration, channels: ["c"], minimumBackoffMilliseconds: 10,
                     maximumBackoffMilliseconds: 40)
-                listener.onStateChange = { attempts.append("\($0)") }
+                listener.onStateChange = { states.append("\($0)") }
                 listener.start()
                 done(LoopBound(listener, loop: loop))
             }
-            try await Task.sleep(for: .milliseconds(300))
+            var attempts = 0
+            let deadline = ContinuousClock.now + .seconds(20)
+            while attempts < 3 && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+                attempts += server.acceptWaiting()
+            }
             let connected: Bool = try await onLoop(loop) { done in
                 let connected = listener.value.isConnected
                 listener.value.stop()
                 done(connected)
             }
+            #expect(attempts >= 3, "connection attempts within 20 s")
             #expect(!connected)
-            #expect(attempts.all.isEmpty)
+            #expect(states.all.isEmpty)
         }
     }
 }

@@ -40,6 +40,20 @@ public final class LoopbackSocket {
     }
 
     deinit { close(fd) }
+
+    /// Accepts every connection waiting in a listening socket's backlog and closes it
+    /// at once; returns how many there were. Never blocks.
+    public func acceptWaiting() -> Int {
+        var accepted = 0
+        var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while poll(&ready, 1, 0) > 0 {
+            let connection = accept(fd, nil, nil)
+            guard connection >= 0 else { break }
+            close(connection)
+            accepted += 1
+        }
+        return accepted
+    }
 }
 
 /// A free loopback port: bound, read back, released.
