@@ -6,6 +6,9 @@ import FerryLoop
 /// are lost: the listener reconnects with capped exponential backoff (with jitter),
 /// listens again, and then calls ``onGap`` so callers treat that window as lost
 /// (Ferry cues every open stream). ``isConnected`` serves readiness probes.
+///
+/// The decisions are a ``ListenerStateMachine``'s; the listener performs its actions
+/// (opens the connection, sends `LISTEN`, arms the retry timer, calls the owner).
 public final class Listener {
     /// Whether the listener currently listens.
     public enum State: Sendable, Equatable {
@@ -22,9 +25,9 @@ public final class Listener {
     /// The channels listened to.
     public let channels: [String]
     /// The first reconnect delay in milliseconds; doubled after each failed attempt.
-    public let minimumBackoffMilliseconds: UInt64
+    public var minimumBackoffMilliseconds: UInt64 { machine.minimumBackoffMilliseconds }
     /// The longest reconnect delay in milliseconds.
-    public let maximumBackoffMilliseconds: UInt64
+    public var maximumBackoffMilliseconds: UInt64 { machine.maximumBackoffMilliseconds }
 
     /// Called for every notification on one of ``channels``.
     public var onNotification: ((PostgresNotification) -> Void)?
@@ -34,14 +37,13 @@ public final class Listener {
     public var onGap: (() -> Void)?
 
     /// Whether the listener is connected and listening now.
-    public private(set) var isConnected = false
+    public var isConnected: Bool { machine.isListening }
     /// The backend process id of the listening connection, while connected.
     public var backendPID: Int32? { isConnected ? connection?.backendPID : nil }
 
+    private var machine: ListenerStateMachine
+    /// The connection being subscribed or listening.
     private var connection: PostgresConnection?
-    private var hasListened = false
-    private var running = false
-    private var backoff: UInt64
     private var retryTimer: Timer?
 
     /// Creates a stopped listener; call ``start()``.
@@ -49,103 +51,111 @@ public final class Listener {
         loop: EventLoop, configuration: PostgresConfiguration, channels: [String],
         minimumBackoffMilliseconds: UInt64 = 100, maximumBackoffMilliseconds: UInt64 = 5_000
     ) {
-        precondition(!channels.isEmpty, "a listener needs at least one channel")
         self.loop = loop
         self.configuration = configuration
         self.channels = channels
-        self.minimumBackoffMilliseconds = minimumBackoffMilliseconds
-        self.maximumBackoffMilliseconds = max(minimumBackoffMilliseconds, maximumBackoffMilliseconds)
-        self.backoff = minimumBackoffMilliseconds
+        machine = ListenerStateMachine(
+            channels: channels, minimumBackoffMilliseconds: minimumBackoffMilliseconds,
+            maximumBackoffMilliseconds: maximumBackoffMilliseconds, jitter: { UInt64.random(in: 0...$0) })
     }
 
     /// Connects and listens; keeps reconnecting until ``stop()``.
     public func start() {
         loop.preconditionInEventLoop()
-        guard !running else { return }
-        running = true
-        connect()
+        perform(machine.start())
     }
 
-    /// Closes the connection and stops reconnecting. Reports ``State/disconnected`` if it was connected.
+    /// Closes the connection and stops reconnecting, for good. Reports
+    /// ``State/disconnected`` if it was connected.
     public func stop() {
         loop.preconditionInEventLoop()
-        guard running else { return }
-        running = false
-        retryTimer?.close()
-        retryTimer = nil
-        if let connection {
-            connection.onClose = nil
-            connection.onNotification = nil
-            connection.close()
-        }
-        connection = nil
-        setDisconnected()
+        perform(machine.close())
     }
 
-    // MARK: - Internals
+    // MARK: - Performing actions
+
+    private func perform(_ action: ListenerStateMachine.Action) {
+        switch action {
+        case .none:
+            break
+        case .connect:
+            connect()
+        case .listen(let sql):
+            listen(sql)
+        case .deliver(let notification):
+            onNotification?(notification)
+        case .reportListening(let gap):
+            onStateChange?(.connected)
+            if gap { onGap?() }
+        case .retry(let milliseconds):
+            scheduleRetry(after: milliseconds)
+        case .closeConnectionAndRetry(let milliseconds):
+            closeConnection()
+            scheduleRetry(after: milliseconds)
+        case .reportDownAndRetry(let milliseconds):
+            connection = nil
+            onStateChange?(.disconnected)
+            scheduleRetry(after: milliseconds)
+        case .closeConnection:
+            closeConnection()
+        case .closeConnectionAndReportDown:
+            closeConnection()
+            onStateChange?(.disconnected)
+        case .cancelRetry:
+            retryTimer?.close()
+            retryTimer = nil
+        }
+    }
 
     private func connect() {
         PostgresConnection.connect(on: loop, configuration: configuration) { [self] result in
-            guard running else {
-                if case .success(let connection) = result { connection.close() }
-                return
-            }
             switch result {
+            case .success(let opened):
+                connection = opened
+                perform(machine.connectSucceeded())
             case .failure:
-                scheduleReconnect()
-            case .success(let connection):
-                listen(on: connection)
+                perform(machine.connectFailed(now: loop.now))
             }
         }
     }
 
-    private func listen(on connection: PostgresConnection) {
-        let sql = channels.map { "LISTEN \(Self.quoted($0))" }.joined(separator: "; ")
-        connection.onNotification = { [weak self] in self?.onNotification?($0) }
+    private func listen(_ sql: String) {
+        guard let connection else { preconditionFailure("LISTEN without a connection") }
+        connection.onNotification = { [weak self] notification in
+            guard let self else { return }
+            perform(machine.notificationReceived(notification))
+        }
         connection.execute(sql) { [self] result in
-            guard running else { return connection.close() }
-            guard case .success = result else {
-                connection.close()
-                return scheduleReconnect()
+            // An answer on a connection already given up (closed by stop()) changes nothing.
+            guard connection === self.connection else { return }
+            switch result {
+            case .success:
+                connection.onClose = { [weak self, unowned connection] _ in self?.dropped(connection) }
+                perform(machine.listenSucceeded())
+            case .failure:
+                perform(machine.listenFailed(now: loop.now))
             }
-            connection.onClose = { [weak self, unowned connection] _ in self?.dropped(connection) }
-            self.connection = connection
-            isConnected = true
-            backoff = minimumBackoffMilliseconds
-            onStateChange?(.connected)
-            if hasListened { onGap?() }
-            hasListened = true
         }
     }
 
     private func dropped(_ dropped: PostgresConnection) {
-        guard running, dropped === connection else { return }
-        connection = nil
-        setDisconnected()
-        scheduleReconnect()
+        guard dropped === connection else { return }
+        perform(machine.connectionLost(now: loop.now))
     }
 
-    private func setDisconnected() {
-        guard isConnected else { return }
-        isConnected = false
-        onStateChange?(.disconnected)
+    private func closeConnection() {
+        guard let connection else { return }
+        self.connection = nil
+        connection.onClose = nil
+        connection.onNotification = nil
+        connection.close()
     }
 
-    private func scheduleReconnect() {
-        guard running else { return }
-        // Up to 20 % jitter, so gateways that lost the same server do not come back in step.
-        let delay = backoff + UInt64.random(in: 0...(backoff / 5))
-        backoff = min(backoff * 2, maximumBackoffMilliseconds)
-        let timer = retryTimer ?? Timer(loop: loop)
-        retryTimer = timer
-        timer.start(after: delay) { [weak self] in
-            guard let self, running else { return }
-            connect()
+    private func scheduleRetry(after milliseconds: UInt64) {
+        retryTimer = loop.schedule(after: milliseconds) { [weak self] in
+            guard let self else { return }
+            retryTimer = nil
+            perform(machine.retryTimerFired(now: loop.now))
         }
-    }
-
-    /// Quotes a channel name as an SQL identifier.
-    static func quoted(_ identifier: String) -> String {
-        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
 }
