@@ -69,13 +69,13 @@ public final class Gateway: Sendable {
         let listenerLoop = group.loops[0]
         purger = configuration.purgeTombstonesEverySeconds.map { every in
             LoopBound(
-                unchecked: TombstonePurger(
+                sending: TombstonePurger(
                     worker: workers[0], logger: logger, everySeconds: every,
                     retentionSeconds: configuration.tombstoneRetentionSeconds),
                 loop: workers[0].loop)
         }
         listener = LoopBound(
-            unchecked: Listener(
+            sending: Listener(
                 loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel, Self.revocationChannel]),
             loop: listenerLoop)
         var limits = HTTPLimits()

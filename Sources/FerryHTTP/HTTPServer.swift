@@ -49,7 +49,7 @@ public final class HTTPServer: Sendable {
         self.makeRouter = router
         self.makeObserver = observer
         loops = group.loops.map {
-            LoopBound(unchecked: HTTPServerLoop(loop: $0, configuration: configuration), loop: $0)
+            LoopBound(sending: HTTPServerLoop(loop: $0, configuration: configuration), loop: $0)
         }
     }
 

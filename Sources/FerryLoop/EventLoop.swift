@@ -170,7 +170,10 @@ private final class Handoff<Value>: @unchecked Sendable {
 /// A value that belongs to one event loop, checked on every access.
 ///
 /// Lets loop-owned state be captured by `@Sendable` closures that are known to run
-/// on that loop (for example, tasks given to ``EventLoop/execute(_:)``).
+/// on that loop (for example, tasks given to ``EventLoop/execute(_:)``). Like
+/// swift-nio's `NIOLoopBound`, it takes a value only where no other thread can still
+/// reach it: made on the loop's thread, or handed over (`sending`, which every
+/// `Sendable` value can be) from anywhere.
 public struct LoopBound<Value>: @unchecked Sendable {
     /// The loop that owns the value.
     public let loop: EventLoop
@@ -183,8 +186,9 @@ public struct LoopBound<Value>: @unchecked Sendable {
         self._value = value
     }
 
-    /// Wraps `value` without checking the thread: for values created before the loop runs.
-    public init(unchecked value: Value, loop: EventLoop) {
+    /// Wraps `value` from any thread: the caller hands it over and cannot touch it
+    /// afterwards (the compiler checks), so from here on only `loop` can.
+    public init(sending value: sending Value, loop: EventLoop) {
         self.loop = loop
         self._value = value
     }

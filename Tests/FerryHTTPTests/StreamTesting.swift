@@ -53,7 +53,7 @@ final class StreamTestServer {
     init(maxMessageBytes: Int = 1024, closeTimeoutMilliseconds: UInt64 = 2_000, sendBufferSize: Int? = nil) throws {
         group = LoopGroup(count: 1)
         let loop = group.loops[0]
-        let registry = LoopBound(unchecked: StreamRegistry(), loop: loop)
+        let registry = LoopBound(sending: StreamRegistry(), loop: loop)
         self.registry = registry
         let log = log
         let routes: @Sendable (EventLoop) -> Router = { loop in
@@ -132,11 +132,11 @@ final class StreamTestServer {
     }
 
     /// Runs `body` on the server's loop with stream `number` (nil when gone) and waits for it.
-    func onStream<T: Sendable>(_ number: Int, _ body: @escaping ((any EventStream)?) -> T) -> T {
+    func onStream<T: Sendable>(_ number: Int, _ body: sending @escaping ((any EventStream)?) -> T) -> T {
         let registry = registry
         let result = Mutex<T?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let task = LoopBound(unchecked: body, loop: loop)
+        let task = LoopBound(sending: body, loop: loop)
         loop.execute {
             let value = task.value(registry.value.streams[number])
             result.withLock { $0 = value }

@@ -75,7 +75,7 @@ private final class Collector: TCPConnectionDelegate {
                 var listener: TCPListener?
                 var client: TCPConnection?
             }
-            let sockets = LoopBound(unchecked: Sockets(), loop: loop)
+            let sockets = LoopBound(sending: Sockets(), loop: loop)
             @Sendable func quickAck(_ descriptor: Int32) -> Int32 {
                 var value: Int32 = -1
                 var length = socklen_t(MemoryLayout<Int32>.size)
@@ -133,7 +133,7 @@ private final class Collector: TCPConnectionDelegate {
             var client: TCPConnection?
             var resumed = false
         }
-        let sockets = LoopBound(unchecked: Sockets(), loop: loop)
+        let sockets = LoopBound(sending: Sockets(), loop: loop)
         let payload = [UInt8](repeating: 1, count: 8 << 20)
         let closed: Bool = try await withCheckedThrowingContinuation { continuation in
             loop.execute {
@@ -186,7 +186,7 @@ private final class Collector: TCPConnectionDelegate {
             func connectionDidFlush(_ connection: TCPConnection) { flushes.append(connection.unsentBytes) }
             func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
         }
-        let writer = LoopBound(unchecked: Writer(), loop: loop)
+        let writer = LoopBound(sending: Writer(), loop: loop)
         let payload = [UInt8](repeating: 3, count: 1 << 20)
         let received: Int = try await withCheckedThrowingContinuation { continuation in
             loop.execute {
@@ -384,12 +384,12 @@ private final class MeasuringEcho: TCPConnectionDelegate {
         let loop = EventLoop.spawn(name: "backpressure")
         defer { loop.stop() }
         let payload = [UInt8](repeating: 7, count: 16 << 20)
-        let echo = LoopBound(unchecked: MeasuringEcho(), loop: loop)
+        let echo = LoopBound(sending: MeasuringEcho(), loop: loop)
         final class Sockets {
             var client: TCPConnection?
             var listener: TCPListener?
         }
-        let sockets = LoopBound(unchecked: Sockets(), loop: loop)
+        let sockets = LoopBound(sending: Sockets(), loop: loop)
         // The client sends 16 MiB and reads nothing back.
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             loop.execute {
