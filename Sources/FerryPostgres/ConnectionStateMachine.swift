@@ -78,6 +78,9 @@ package struct ConnectionStateMachine: Sendable {
         case complete(Completion, next: Plan?)
         /// Close the socket, report `completion` if any, and fail every `failing` operation with `error`.
         case close(Completion?, failing: [OperationID], error: PostgresError)
+        /// Report `Completion` at once: the operation was refused before it was queued,
+        /// and the one in flight goes on.
+        case refuse(Completion)
     }
 
     /// Where the in-flight operation is.
@@ -165,8 +168,12 @@ package struct ConnectionStateMachine: Sendable {
 
     // MARK: - Operations
 
-    /// The caller asks for `request` as operation `id`.
+    /// The caller asks for `request` as operation `id`. A request with a NUL byte in its
+    /// text is refused, whatever the state: that answer is final, a closed connection's is not.
     package mutating func enqueue(_ id: OperationID, _ request: Request) -> Action {
+        if let error = request.unsendableText {
+            return .refuse(Completion(id: id, result: .failure(error)))
+        }
         switch state {
         case .closed(let error):
             return .complete(Completion(id: id, result: .failure(error)), next: nil)
@@ -283,5 +290,36 @@ package struct ConnectionStateMachine: Sendable {
         queue.removeAll()
         queueHead = 0
         return ids
+    }
+}
+
+extension ConnectionStateMachine.Request {
+    /// Why libpq cannot send the request as it is, or nil: libpq takes the SQL and every
+    /// text parameter as a C string, which would end at a NUL byte and silently send
+    /// less than was asked for.
+    var unsendableText: PostgresError? {
+        let statements: [PostgresStatement]
+        switch self {
+        case .simple(let sql): statements = [PostgresStatement(sql)]
+        case .pipeline(let pipeline): statements = pipeline
+        }
+        for statement in statements {
+            if statement.sql.holdsNUL {
+                return PostgresError(.unsendableText, "the SQL holds a NUL byte, which PostgreSQL text cannot hold")
+            }
+            for (index, parameter) in statement.parameters.enumerated() where parameter?.holdsNUL == true {
+                return PostgresError(
+                    .unsendableText,
+                    "parameter $\(index + 1) holds a NUL byte (\\u0000), which PostgreSQL text cannot hold")
+            }
+        }
+        return nil
+    }
+}
+
+extension String {
+    /// Whether the text holds a NUL byte, where a C string of it would end.
+    fileprivate var holdsNUL: Bool {
+        utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? utf8.contains(0)
     }
 }

@@ -221,6 +221,8 @@ public final class PostgresConnection {
             deadline?.stop()
             if let next { send(next) }
             report(completion)
+        case .refuse(let completion):
+            report(completion)
         case .close(let completion, let failing, let error):
             tearDown()
             if let completion { report(completion) }

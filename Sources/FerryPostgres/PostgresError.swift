@@ -20,6 +20,9 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         case invalidConfiguration
         /// The server sent something this client does not handle (e.g. `COPY`).
         case unsupported
+        /// The SQL or a text parameter holds a NUL byte, which PostgreSQL text cannot hold
+        /// and libpq (taking C strings) would silently cut the text at; nothing was sent.
+        case unsendableText
     }
 
     /// What went wrong.
@@ -74,7 +77,8 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
     ///   or cancel, `57P01` `pg_terminate_backend` or shutdown, crash, cannot connect
     ///   now), `55P03` lock not available (`lock_timeout`), `25006` read-only
     ///   transaction (a standby, mid-failover).
-    /// - invalidData: `22` data exception, `54` program limit exceeded.
+    /// - invalidData: `22` data exception, `54` program limit exceeded; text with a NUL
+    ///   byte, refused before it is sent (the server would answer `22021`).
     /// - conflict: `23` integrity constraint violation, `40002` (the same, at commit).
     /// - server: every other class (`0A` feature not supported, `42` syntax error or
     ///   access rule violation, `P0` PL/pgSQL error, `XX` internal error, …), a closed
@@ -82,6 +86,7 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
     public var cause: Cause {
         switch kind {
         case .connectionFailed, .connectionLost, .timeout, .poolExhausted: return .transient
+        case .unsendableText: return .invalidData
         case .poolClosed, .closed, .invalidConfiguration, .unsupported: return .server
         case .server: break
         }

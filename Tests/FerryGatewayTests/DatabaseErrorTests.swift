@@ -201,6 +201,23 @@ import Testing
         }
     }
 
+    // MARK: - Text the database cannot be sent
+
+    /// A JSON `\u0000` decodes to a NUL in the string the gateway passes on as a text
+    /// parameter, which libpq would cut at the NUL: sign-in's email was looked up as
+    /// `x@example.com` and the right password signed the caller in.
+    @Test func aNULInATextParameterIsAFinalInvalidRequestAndChangesNothing() async throws {
+        try await withAccountsGateway { server in
+            _ = try await server.emailAccount("x@example.com", password: "the right password")
+            let sessions = try await server.database.value("select count(*) from ferry.sessions")
+            let answer = try await server.signIn(email: "x@example.com\u{0}junk", password: "the right password")
+            #expect(answer.status == 400 && answer.code == "invalid_request", "\(answer)")
+            #expect(answer.retryable == false)
+            #expect(answer.string("error", "message")?.contains("NUL") == true, "\(answer)")
+            #expect(try await server.database.value("select count(*) from ferry.sessions") == sessions)
+        }
+    }
+
     // MARK: - 42 and the rest: the server
 
     @Test func aMissingPrivilegeIsInternal() async throws {
@@ -234,6 +251,8 @@ import Testing
         #expect(APIError.database(PostgresError(.connectionLost, "")).status.code == 503)
         #expect(APIError.database(PostgresError(.timeout, "")).status.code == 503)
         #expect(APIError.database(PostgresError(.server, "", sqlState: nil)).status.code == 500)
+        let nul = APIError.database(PostgresError(.unsendableText, "a NUL"))
+        #expect(nul.status.code == 400 && nul.code == "invalid_request", "a NUL in a text value")
         let data = APIError.database(PostgresError(.server, "value too long", sqlState: "22001"))
         #expect(data.message.hasSuffix("value too long"), "the client's own data: the message says what")
     }

@@ -47,4 +47,20 @@ import Testing
             await client.close()
         }
     }
+
+    /// libpq takes text parameters as C strings: sent, this one would arrive as `a`.
+    @Test func aParameterWithANULFailsBeforeItIsSent() async throws {
+        try await TestDatabase.with { database in
+            let client = try await database.connect()
+            await #expect {
+                try await client.query("select $1::text", ["a\u{0}b"])
+            } throws: { error in
+                let error = error as? PostgresError
+                return error?.kind == .unsendableText && error?.isRetryable == false
+                    && error?.message.contains("parameter $1 holds a NUL byte") == true
+            }
+            #expect(try await client.query("select $1::text", ["ab"])[0, 0] == "ab")
+            await client.close()
+        }
+    }
 }

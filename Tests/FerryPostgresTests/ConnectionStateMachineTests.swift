@@ -170,6 +170,35 @@ import Testing
         #expect(completion?.id == 1)
         #expect(!machine.isUsable)
     }
+
+    @Test func textWithANULIsRefusedBeforeItIsSentAndTheOperationInFlightGoesOn() {
+        var machine = connectedMachine()
+        #expect(machine.enqueue(1, .simple("select 1")) == .send(.simple(1, "select 1")))
+        let refusal = PostgresError(
+            .unsendableText, #"parameter $2 holds a NUL byte (\u0000), which PostgreSQL text cannot hold"#)
+        let statements = [PostgresStatement("select $1, $2", ["fine", "cut\u{0}here"])]
+        #expect(machine.enqueue(2, .pipeline(statements)) == .refuse(.init(id: 2, result: .failure(refusal))))
+        let sql = PostgresError(.unsendableText, "the SQL holds a NUL byte, which PostgreSQL text cannot hold")
+        #expect(machine.enqueue(3, .simple("select 1;\u{0} drop t")) == .refuse(.init(id: 3, result: .failure(sql))))
+        #expect(machine.pendingCount == 1)
+        #expect(machine.resultReceived(.result(one)) == .none)
+        #expect(machine.resultReceived(.end) == .complete(.init(id: 1, result: .success([one])), next: nil))
+    }
+
+    @Test func textWithANULIsRefusedAsFinalEvenOnAClosedConnection() {
+        var machine = connectedMachine()
+        _ = machine.failed(PostgresError(.connectionLost, "gone"))
+        let statement = PostgresStatement("select $1", ["\u{0}"])
+        guard case .refuse(let completion) = machine.enqueue(1, .pipeline([statement])),
+            case .failure(let error) = completion.result
+        else {
+            Issue.record("not refused")
+            return
+        }
+        #expect(error.kind == .unsendableText)
+        #expect(error.cause == .invalidData)
+        #expect(!error.isRetryable)
+    }
 }
 
 @Suite struct ValueTests {
