@@ -234,7 +234,10 @@ import Testing
                 """)
             #expect(try await database.value("select count(*) from notes") == "0")
             #expect(try await inbox.drain(database.admin) == [])
-            await #expect(throws: PostgresError.self) { try await database.admin.execute("truncate notes") }
+            let refused = await #expect(throws: PostgresError.self) {
+                try await database.admin.execute("truncate notes")
+            }
+            #expect(refused?.sqlState == "0A000", "\(String(describing: refused))")
         }
     }
 

@@ -48,10 +48,11 @@ import Testing
             try await admin.execute(
                 #"select ferry.register_table('everyones', 'insert_only', options => '{"global_key": true}')"#)
             #expect(try await admin.query("select count(*) from ferry.tables_keyed_across_users()")[0, 0] == "0")
-            await #expect(throws: PostgresError.self) {
+            let refused = await #expect(throws: PostgresError.self) {
                 try await admin.execute(
                     #"select ferry.register_table('mine', 'lww', options => '{"global_key": "yes"}')"#)
             }
+            #expect(refused?.sqlState == "22023", "\(String(describing: refused))")
             await admin.close()
         }
     }

@@ -1,4 +1,5 @@
 import FerryGateway
+import FerryPostgres
 import FerryTestSupport
 import Foundation
 import Testing
@@ -179,7 +180,9 @@ import Testing
                 "update public.games set _lock_heartbeat_at = now() - interval '1 hour'",
                 "insert into public.games (user_id, slot, _lock_device) values (ferry.uid(), 'other', 'x')",
             ] {
-                await #expect(throws: (any Error).self, "\(sql)") { try await client.query(sql) }
+                // Refused by the column grants themselves: permission denied, not some other failure.
+                let error = await #expect(throws: PostgresError.self, "\(sql)") { try await client.query(sql) }
+                #expect(error?.sqlState == "42501", "\(sql): \(String(describing: error))")
             }
             // What push needs stays writable: client columns and the tombstone.
             try await client.query("insert into public.games (user_id, slot) values (ferry.uid(), 'spare')")

@@ -101,7 +101,10 @@ import Testing
                 try await database.admin.query(
                     "insert into daily_puzzles (day, grid) values ('2026-01-01', repeat('0', 81))")
                 #expect(try await inbox.drain(database.admin) == ["* - daily_puzzles"])
-                await #expect(throws: PostgresError.self) { try await database.admin.execute("truncate game_records") }
+                let refused = await #expect(throws: PostgresError.self) {
+                    try await database.admin.execute("truncate game_records")
+                }
+                #expect(refused?.sqlState == "0A000", "\(String(describing: refused))")
                 #expect(try await database.value("select count(*) from game_records") == "1")
             }
             #expect(try await pushAndPullAGame(database) == "[60, 60]")

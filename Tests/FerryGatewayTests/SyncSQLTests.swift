@@ -194,9 +194,10 @@ import Testing
                     ])
             // No request role may register tables.
             let client = try await database.connectAsClient(user: try await database.newUser())
-            await #expect(throws: PostgresError.self) {
+            let refused = await #expect(throws: PostgresError.self) {
                 try await client.query("select ferry.register_table('profiles', 'shared')")
             }
+            #expect(refused?.sqlState == "42501", "\(String(describing: refused))")
             await client.close()
         }
     }
@@ -811,9 +812,10 @@ import Testing
             #expect(
                 try await client.query("select user_id::text, last_mutation_id::text from ferry.devices").rows.map(
                     \.values) == [[a, "3"]])
-            await #expect(throws: PostgresError.self) {
+            let refused = await #expect(throws: PostgresError.self) {
                 try await client.query("update ferry.devices set last_mutation_id = 0")
             }
+            #expect(refused?.sqlState == "42501", "\(String(describing: refused))")
             await client.close()
         }
     }
