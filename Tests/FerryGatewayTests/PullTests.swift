@@ -93,7 +93,7 @@ import Testing
             let afterA = try await server.pull(alice, cursor: afterB.cursor)
             #expect(afterA.upserts("items").map { $0["id"] as? String } == ["a-early"], "\(afterA.response)")
             let last = try await server.pull(alice, cursor: afterA.cursor)
-            #expect(last.tables.isEmpty)
+            #expect(last.status == 200 && last.tables.isEmpty, "\(last.response)")
             await early.close()
         }
     }
@@ -271,22 +271,38 @@ actor DoneFlag {
 // MARK: - Helpers
 
 /// A pull answer, decoded.
+///
+/// Its page (`cursor`, `has_more`, `last_mutation_id`, `changes`) is read only out of a
+/// `200`: reading it out of an error answer, which has none and so would read as an
+/// empty page with no cursor, records an issue naming the answer. Check `status` (and
+/// `response.code`) of answers that are meant to be errors.
 struct PullPage {
     let response: APIResponse
 
     var status: Int { response.status }
-    var cursor: String? { response.string("cursor") }
-    var hasMore: Bool? { response.value("has_more") as? Bool }
-    var lastMutationID: Int? { response.value("last_mutation_id") as? Int }
-    var tables: [String] { ((response.value("changes") as? [String: Any])?.keys).map { $0.sorted() } ?? [] }
+    var cursor: String? { page["cursor"] as? String }
+    var hasMore: Bool? { page["has_more"] as? Bool }
+    var lastMutationID: Int? { page["last_mutation_id"] as? Int }
+    var tables: [String] { ((page["changes"] as? [String: Any])?.keys).map { $0.sorted() } ?? [] }
     var rowCount: Int { tables.reduce(0) { $0 + upserts($1).count + deletes($1).count } }
 
     func upserts(_ table: String) -> [[String: Any]] {
-        response.value("changes", table, "upserts") as? [[String: Any]] ?? []
+        (page["changes"] as? [String: Any]).flatMap { $0[table] as? [String: Any] }?["upserts"] as? [[String: Any]]
+            ?? []
     }
 
     func deletes(_ table: String) -> [[String: Any]] {
-        response.value("changes", table, "deletes") as? [[String: Any]] ?? []
+        (page["changes"] as? [String: Any]).flatMap { $0[table] as? [String: Any] }?["deletes"] as? [[String: Any]]
+            ?? []
+    }
+
+    /// The body of a `200`; anything else is recorded as an issue and reads as `[:]`.
+    private var page: [String: Any] {
+        guard response.status == 200, let object = response.object else {
+            Issue.record("read a pull page out of an answer that is not one: \(response)")
+            return [:]
+        }
+        return object
     }
 }
 
