@@ -241,6 +241,8 @@ import Testing
                 """
                 alter database \(database.database.name) set timezone = 'Asia/Tokyo';
                 \(Self.tables)
+                create table public.boards (user_id uuid not null, slot text not null, primary key (user_id, slot));
+                select ferry.register_table('boards', 'device_lock');
                 """)
             // A connection without Ferry's option sees Tokyo time: the setting is in force.
             let plain = try await database.connectAsGateway()
@@ -252,7 +254,14 @@ import Testing
                 try await server.push(alice, [(1, "upsert", ["id": "a-1"])])
                 let page = try await server.pull(alice)
                 let updatedAt = try #require(page.upserts("items").first?["updated_at"] as? String, "\(page.response)")
-                #expect(updatedAt.hasSuffix("+00:00") || updatedAt.hasSuffix("Z"), "\(updatedAt)")
+                // The two forms docs/PROTOCOL.md names: a row's times as PostgreSQL's JSON
+                // writes them, with +00:00; a lock's heartbeat_at with six digits and Z.
+                let rowTime = #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?\+00:00/#
+                #expect(try rowTime.wholeMatch(in: updatedAt) != nil, "\(updatedAt)")
+                let claimed = try await server.call("POST", "/v1/locks/boards/current/claim", token: alice.accessToken)
+                let heartbeatAt = try #require(claimed.string("heartbeat_at"), "\(claimed)")
+                let lockTime = #/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z/#
+                #expect(try lockTime.wholeMatch(in: heartbeatAt) != nil, "\(heartbeatAt)")
             }
         }
     }
