@@ -100,22 +100,15 @@ struct AccountsDatabase: Sendable {
 
     // MARK: Synced rows
 
-    /// Creates `notes` the way `ferry.register_table(..., 'lww')` will (owner in the
-    /// primary key, a `_deleted` tombstone, RLS on the owner, grants to the request
-    /// role) and registers it: until `register_table` exists, by hand.
+    /// Creates `notes` (keyed within its owner) and registers it with
+    /// `ferry.register_table(..., 'lww')`, as an operator's migration would: its sync
+    /// columns (`_deleted` among them), triggers, RLS on the owner and grants are the
+    /// real ones.
     func createNotes() async throws {
         try await admin.execute(
             """
-            create table public.notes (
-                id text, user_id uuid not null, body text, _deleted boolean not null default false,
-                primary key (user_id, id)
-            );
-            alter table public.notes enable row level security;
-            alter table public.notes force row level security;
-            create policy notes_owner on public.notes
-                using (user_id = (select ferry.uid())) with check (user_id = (select ferry.uid()));
-            grant select, insert, update, delete on public.notes to ferry_client;
-            insert into ferry.synced_tables (table_name, strategy, owner_column) values ('public.notes', 'lww', 'user_id');
+            create table public.notes (id text, user_id uuid not null, body text, primary key (user_id, id));
+            select ferry.register_table('public.notes', 'lww');
             """)
     }
 

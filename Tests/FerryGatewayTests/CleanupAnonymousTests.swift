@@ -32,9 +32,8 @@ import Testing
                 try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(client)
                 _ = try await client.execute(
                     """
-                    create table notes (id text, user_id uuid not null, _deleted boolean not null default false,
-                        primary key (user_id, id));
-                    insert into ferry.synced_tables (table_name, strategy, owner_column) values ('notes', 'lww', 'user_id');
+                    create table notes (id text, user_id uuid not null, primary key (user_id, id));
+                    select ferry.register_table('notes', 'lww');
                     insert into ferry.users (last_seen_at)
                         select now() - make_interval(days => 40 + n % 21) from generate_series(1, 2500) n;
                     create table stale_users as select id from ferry.users;

@@ -228,14 +228,25 @@ import Testing
         }
     }
 
-    @Test func tablesMadeByHandForTheAccountTestsRegisterAsTheyAre() async throws {
+    /// The account tests' `notes` is registered, not made by hand: it has a synced
+    /// table's triggers, so seeding it stamps and cues like any write.
+    @Test func theAccountTestsNotesTableIsRegisteredWithItsTriggers() async throws {
         try await AccountsDatabase.with { database in
             try await database.createNotes()
-            try await database.admin.query("select ferry.register_table('notes', 'lww')")
+            #expect(
+                try await database.rows(
+                    "select tgname::text from pg_trigger where tgrelid = 'public.notes'::regclass order by 1")
+                    == [
+                        ["ferry_cue_delete"], ["ferry_cue_insert"], ["ferry_cue_update"], ["ferry_refuse_truncate"],
+                        ["ferry_stamp"],
+                    ])
             let owner = try await database.newUser()
             try await database.seedNotes(owner: owner, [("n1", "one")])
             #expect(try await database.notes(of: owner) == [["n1", "one", "false"]])
-            #expect(try await database.value("select count(*) from ferry.synced_tables") == "1")
+            #expect(try await database.value("select count(*) from public.notes where _stamp is null") == "0")
+            #expect(
+                try await database.rows("select table_name::text, strategy from ferry.synced_tables")
+                    == [["notes", "lww"]])
         }
     }
 
