@@ -219,16 +219,6 @@ final class OpenRequest: @unchecked Sendable {
     func reset() { client.reset() }
 }
 
-/// Polls `condition` every 25 ms for at most 20 s; throws naming `what` if it never holds.
-func eventually(_ what: String, _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + .seconds(20)
-    for _ in 0..<800 where ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(25))
-    }
-    throw AccountsTestError("\(what): not within 20 s")
-}
-
 extension AccountsGateway {
     /// Sends `count` empty pushes as `session`, each on its own connection, and waits until
     /// the gateway counts them in flight and each waits in PostgreSQL on the device's row,
