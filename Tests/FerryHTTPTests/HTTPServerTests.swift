@@ -13,12 +13,20 @@ private final class Recorder: HTTPObserver, @unchecked Sendable {
     private var _opened = 0
     private var _closed = 0
     private var _mostUnsentTakenOver = 0
+    private var _held = 0
+    private var _released = false
 
     var records: [HTTPResponseRecord] { lock.withLock { _records } }
     /// The most bytes a taken-over connection ever had unsent (see ``Echo``).
     var mostUnsentTakenOver: Int { lock.withLock { _mostUnsentTakenOver } }
     func noteUnsentTakenOver(_ bytes: Int) { lock.withLock { _mostUnsentTakenOver = max(_mostUnsentTakenOver, bytes) } }
     var opened: Int { lock.withLock { _opened } }
+    /// `/held` requests whose handler has run: each is in flight until ``release()``.
+    var held: Int { lock.withLock { _held } }
+    func noteHeld() { lock.withLock { _held += 1 } }
+    /// Lets every `/held` request be answered (within 5 ms).
+    func release() { lock.withLock { _released = true } }
+    var isReleased: Bool { lock.withLock { _released } }
     var closed: Int { lock.withLock { _closed } }
 
     func connectionOpened(remoteAddress: String?) { lock.withLock { _opened += 1 } }
@@ -60,6 +68,19 @@ private final class TestServer {
                 let delay = UInt64(request.pathParameters["ms"] ?? "0") ?? 0
                 loop.schedule(after: delay) { responder.respond(.text("later \(delay)")) }
             }
+            router.get("/held") { _, responder in
+                // In flight until the test says so: a request the server holds at a moment
+                // the test chooses, however slow the machine.
+                recorder.noteHeld()
+                func answerOnceReleased() {
+                    guard recorder.isReleased else {
+                        _ = loop.schedule(after: 5) { answerOnceReleased() }
+                        return
+                    }
+                    responder.respond(.text("released"))
+                }
+                answerOnceReleased()
+            }
             router.post("/echo") { request, responder in
                 responder.respond(HTTPResponse(status: .ok, body: request.body))
             }
@@ -88,6 +109,11 @@ private final class TestServer {
     }
 
     func client(timeout: Double = 5) throws -> HTTPTestClient { try HTTPTestClient(port: port, timeout: timeout) }
+
+    /// Waits until `count` `/held` requests are in the server's hands.
+    func waitForHeld(_ count: Int = 1) throws {
+        try eventuallyBlocking("\(count) /held request(s) in flight", seconds: 10) { recorder.held >= count }
+    }
 
     /// Shuts down (waiting at most a few seconds) and stops the loops.
     func stop() {
@@ -332,9 +358,12 @@ private final class TestServer {
         let server = try TestServer()
         defer { server.stop() }
         let leaving = try server.client()
-        try leaving.send("GET /later/50 HTTP/1.1\r\nHost: t\r\n\r\n")
+        try leaving.send("GET /held HTTP/1.1\r\nHost: t\r\n\r\n")
+        try server.waitForHeld()
         leaving.close()
-        Thread.sleep(forTimeInterval: 0.1)
+        // Answered only now, to a client that has gone; the connection is still released.
+        server.recorder.release()
+        try eventuallyBlocking("the left connection released", seconds: 10) { server.recorder.closed == 1 }
         #expect(try server.client().request("GET", "/healthz").text == "ok")
     }
 
@@ -461,14 +490,17 @@ private final class TestServer {
     @Test func shuttingDownTwiceCompletesBoth() throws {
         let server = try TestServer()
         let client = try server.client()
-        try client.send("GET /later/100 HTTP/1.1\r\nHost: t\r\n\r\n")
-        Thread.sleep(forTimeInterval: 0.03)
+        try client.send("GET /held HTTP/1.1\r\nHost: t\r\n\r\n")
+        try server.waitForHeld()
         let done = DispatchSemaphore(value: 0)
-        server.server.shutdown(deadline: .now + .seconds(3)) { done.signal() }
-        server.server.shutdown(deadline: .now + .seconds(3)) { done.signal() }
-        #expect(done.wait(timeout: .now() + 3) == .success)
-        #expect(done.wait(timeout: .now() + 3) == .success)
-        #expect(try client.readResponse().text == "later 100")
+        server.server.shutdown(deadline: .now + .seconds(10)) { done.signal() }
+        server.server.shutdown(deadline: .now + .seconds(10)) { done.signal() }
+        // Neither completes while the request is in flight; both do once it is answered.
+        #expect(done.wait(timeout: .now() + 0.2) == .timedOut)
+        server.recorder.release()
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(try client.readResponse().text == "released")
         server.group.stop()
     }
 
@@ -477,8 +509,8 @@ private final class TestServer {
         let idle = try server.client()
         #expect(try idle.request("GET", "/healthz").status == 200)
         let busy = try server.client()
-        try busy.send("GET /later/300 HTTP/1.1\r\nHost: t\r\n\r\n")
-        Thread.sleep(forTimeInterval: 0.05)
+        try busy.send("GET /held HTTP/1.1\r\nHost: t\r\n\r\n")
+        try server.waitForHeld()
         let finished = Atomic<Bool>(false)
         let done = DispatchSemaphore(value: 0)
         server.server.shutdown(deadline: .now + .seconds(5)) {
@@ -489,8 +521,9 @@ private final class TestServer {
         #expect(idle.waitForClose())
         let finishedEarly = finished.load(ordering: .sequentiallyConsistent)
         #expect(!finishedEarly)
+        server.recorder.release()
         let response = try busy.readResponse()
-        #expect(response.text == "later 300" && response.header("Connection") == "close")
+        #expect(response.text == "released" && response.header("Connection") == "close")
         #expect(busy.waitForClose())
         #expect(done.wait(timeout: .now() + 5) == .success)
         // No longer accepting.
@@ -501,14 +534,17 @@ private final class TestServer {
     @Test func shutdownForceClosesWhatOutlivesTheDeadline() throws {
         let server = try TestServer()
         let busy = try server.client()
-        try busy.send("GET /later/5000 HTTP/1.1\r\nHost: t\r\n\r\n")
-        Thread.sleep(forTimeInterval: 0.05)
+        try busy.send("GET /held HTTP/1.1\r\nHost: t\r\n\r\n")
+        try server.waitForHeld()
         let started = ContinuousClock.now
         let done = DispatchSemaphore(value: 0)
         server.server.shutdown(deadline: .now + .milliseconds(200)) { done.signal() }
         #expect(done.wait(timeout: .now() + 3) == .success)
         #expect(ContinuousClock.now - started < .seconds(2))
+        // Closed without its answer, which was never made.
         #expect(busy.waitForClose())
+        #expect(busy.unreadBytes.isEmpty && server.recorder.records.isEmpty, "\(server.recorder.records)")
+        server.recorder.release()
         server.group.stop()
     }
 }
