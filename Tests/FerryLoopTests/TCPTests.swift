@@ -216,10 +216,19 @@ private final class Collector: TCPConnectionDelegate {
             }
         }
         #expect(received == payload.count + 13)
-        try await Task.sleep(for: .milliseconds(50))
-        let (unsentAfterWrite, flushes) = await withCheckedContinuation { continuation in
-            loop.execute { continuation.resume(returning: (writer.value.unsentAfterWrite, writer.value.flushes)) }
+        // The server's loop may report the flush after the client has read the last byte:
+        // wait for the report (every 10 ms, 20 s at most), then look once more, so a second
+        // report made right after the first is seen too.
+        func observed() async -> (unsentAfterWrite: Int, flushes: [Int]) {
+            await withCheckedContinuation { continuation in
+                loop.execute { continuation.resume(returning: (writer.value.unsentAfterWrite, writer.value.flushes)) }
+            }
         }
+        for _ in 0..<2_000 {
+            if await !observed().flushes.isEmpty { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let (unsentAfterWrite, flushes) = await observed()
         #expect(unsentAfterWrite > 0)
         #expect(flushes == [0])
     }
@@ -418,10 +427,28 @@ private final class MeasuringEcho: TCPConnectionDelegate {
                 }
             }
         }
-        try await Task.sleep(for: .milliseconds(500))
-        let (received, mostUnsent) = await withCheckedContinuation { continuation in
-            loop.execute { continuation.resume(returning: (echo.value.received, echo.value.mostUnsent)) }
+        func observed() async -> (received: Int, mostUnsent: Int) {
+            await withCheckedContinuation { continuation in
+                loop.execute { continuation.resume(returning: (echo.value.received, echo.value.mostUnsent)) }
+            }
         }
+        // First the echo must have queued up to the high-water mark (the kernel's buffers
+        // full), so there is something to stop for; then the server must stop reading:
+        // what it received stays the same for 20 looks 20 ms apart. 30 s at most in all.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while await observed().mostUnsent < 256 * 1024 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        var (received, mostUnsent) = await observed()
+        var unchanged = 0
+        while unchanged < 20 && received < payload.count && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+            let now = await observed()
+            unchanged = now.received == received ? unchanged + 1 : 0
+            (received, mostUnsent) = now
+        }
+        #expect(mostUnsent >= 256 * 1024, "the echo never queued up to the high-water mark")
+        #expect(unchanged == 20, "the server went on reading: \(received) bytes")
         // The server stopped reading once its unsent echo passed the high-water mark: it holds
         // at most the mark plus one read, and the rest waits in the kernel and the client.
         #expect(received < payload.count)
