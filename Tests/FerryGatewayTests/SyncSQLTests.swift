@@ -345,6 +345,7 @@ import Testing
             try await first.execute(
                 "begin; create table public.a (id int primary key, user_id uuid); select ferry.register_table('a', 'lww')"
             )
+            let firstPID = await first.backendPID()
             let registering = Task {
                 _ = try await second.execute(
                     """
@@ -352,7 +353,8 @@ import Testing
                     select ferry.register_table('b', 'lww'); commit
                     """)
             }
-            try await Task.sleep(for: .milliseconds(200))
+            // The second registration is waiting for the first's lock before the first commits.
+            try await database.admin.waitForBackends(blockedBy: firstPID)
             try await first.execute("commit")
             try await registering.value
             let source = try await database.value("select prosrc from pg_proc where oid = 'ferry.pull_rows'::regproc")
@@ -433,14 +435,7 @@ import Testing
 
             let second = try await database.connectAsClient(user: a)
             let waiting = Task { try await second.push(batch) }
-            let deadline = ContinuousClock.now + .seconds(20)
-            while try await database.value(
-                "select count(*) from pg_stat_activity where $1::int = any (pg_blocking_pids(pid))",
-                [String(firstPID)]) == "0"
-            {
-                try #require(ContinuousClock.now < deadline, "the second push never waited for the first")
-                try await Task.sleep(for: .milliseconds(20))
-            }
+            try await database.admin.waitForBackends(blockedBy: firstPID)
             try await first.client.execute("commit")
             let answer = try await waiting.value
             #expect(answer.outcomes == Array(repeating: "duplicate", count: 20), "\(answer)")
