@@ -132,7 +132,8 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
                         connection.value.query("select pg_sleep(30)") { done($0) }
                     }
                 }
-                try await Task.sleep(for: .milliseconds(100))
+                // Terminated while the query runs, not before it was sent.
+                try await admin.waitForBackend(pid, running: "pg_sleep(30)")
                 #expect(try await admin.query("select pg_terminate_backend($1)", [String(pid)])[0, 0] == "t")
                 let first = try await inFlight.value
                 guard case .failure(let error) = first else {

@@ -77,7 +77,8 @@ func makePool(
                 let sleeping = Task {
                     try await onLoop(loop) { done in pool.value.query("select pg_sleep(30)") { done($0) } }
                 }
-                try await Task.sleep(for: .milliseconds(100))
+                // Terminated while the query runs, not before it was sent.
+                try await admin.waitForBackend(try #require(Int32(firstPID)), running: "pg_sleep(30)")
                 #expect(try await admin.query("select pg_terminate_backend($1::int)", [firstPID])[0, 0] == "t")
                 guard case .failure(let error) = try await sleeping.value else {
                     Issue.record("the query on the terminated backend must fail")
