@@ -1,0 +1,204 @@
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// `ferry db start|stop|status|url|reset` and `ferry dev`, the built binary, as
+/// docs/OPERATIONS.md ("The embedded development database") describes them. Each test
+/// makes a cluster of its own in a throwaway `.ferry` directory on a free port
+/// (``ThrowawayDevState``), never the checkout's `.ferry` nor the cluster the suite runs
+/// on, and stops it however the test ends.
+/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
+@Suite(.timeLimit(.minutes(5))) struct DevDatabaseCommandTests {
+    // MARK: - ferry db
+
+    @Test func startStatusURLStopAndResetTakeTheClusterThroughItsStates() async throws {
+        try await ThrowawayDevState.with { dev in
+            let absent = try await dev.db("status")
+            #expect(absent.status == 3 && absent.output.hasPrefix("no cluster yet in "), "\(absent.output)")
+            #expect(try await dev.db("url").lines == [dev.url], "url names the port asked for before any start")
+
+            let created = try await dev.db("start")
+            #expect(created.status == 0, "\(created.output)\(created.errors)")
+            #expect(created.output.contains("creating a PostgreSQL "), "\(created.output)")
+            #expect(created.output.contains("started PostgreSQL ") && created.output.contains(" at \(dev.url) "))
+            let running = try await dev.db("status")
+            #expect(running.status == 0 && running.output.hasPrefix("running (pid "), "\(running.output)")
+            #expect(running.output.contains(" at \(dev.url), log "), "\(running.output)")
+            #expect(try await dev.query("select current_database(), current_user") == ["ferry", "postgres"])
+            try await dev.query("create table kept (n int); insert into kept values (7)")
+
+            let again = try await dev.db("start")
+            #expect(again.status == 0 && again.output.hasPrefix("PostgreSQL already running (pid "), "\(again.output)")
+            // Asked for another port, the running cluster keeps its own, and says so.
+            let elsewhere = try freePort()
+            let moved = try await dev.db("start", port: elsewhere)
+            #expect(
+                moved.output.contains("(port \(elsewhere) asked for: run 'ferry db stop' first to move it)"),
+                "\(moved.output)")
+            #expect(try await dev.db("url", port: elsewhere).lines == [dev.url])
+
+            let stopped = try await dev.db("stop")
+            #expect(stopped.status == 0 && stopped.lines == ["stopped PostgreSQL"], "\(stopped.output)")
+            #expect(try await dev.db("stop").lines == ["PostgreSQL was not running"])
+            let down = try await dev.db("status")
+            #expect(down.status == 3 && down.output.hasPrefix("stopped (cluster in "), "\(down.output)")
+            await #expect(throws: PostgresError.self) { try await dev.query("select 1") }
+
+            // Started again, the cluster is the same one: its data stayed.
+            let restarted = try await dev.db("start")
+            #expect(restarted.status == 0 && !restarted.output.contains("creating"), "\(restarted.output)")
+            #expect(try await dev.query("select n::text from kept") == ["7"])
+
+            // Reset stops it and deletes the cluster; the dev secret stays.
+            try "kept-secret\n".write(
+                to: dev.stateDirectory.appendingPathComponent("dev-secret"), atomically: true, encoding: .utf8)
+            let reset = try await dev.db("reset")
+            #expect(
+                reset.status == 0
+                    && reset.lines == ["deleted the development cluster; 'ferry db start' creates a new one"],
+                "\(reset.output)\(reset.errors)")
+            #expect(!FileManager.default.fileExists(atPath: dev.stateDirectory.appendingPathComponent("cluster").path))
+            #expect(
+                FileManager.default.fileExists(atPath: dev.stateDirectory.appendingPathComponent("dev-secret").path))
+            #expect(try await dev.db("status").status == 3)
+            await #expect(throws: PostgresError.self) { try await dev.query("select 1") }
+        }
+    }
+
+    @Test func anUnknownActionOrNoneIsABadSetting() async throws {
+        try await ThrowawayDevState.with { dev in
+            let unknown = try await dev.db("restart")
+            #expect(unknown.status == 2 && unknown.errors.contains("unknown action 'restart'"), "\(unknown.errors)")
+            let none = try await runFerry(["db"], databaseURL: nil, environment: dev.environment(port: dev.port))
+            #expect(none.status == 2 && none.errors.contains("expected one of start, stop, status, url, reset"))
+            #expect(!FileManager.default.fileExists(atPath: dev.stateDirectory.path), "nothing was created")
+        }
+    }
+
+    // MARK: - ferry dev
+
+    @Test func devStartsTheDatabaseMigratesServesAndStopsBothOnSIGTERM() async throws {
+        try await ThrowawayDevState.with { dev in
+            let (child, port, log) = try await dev.startDev()
+            #expect(try get("/healthz", port: port).text == #"{"status":"ok"}"#)
+            // Migrated (Ferry's SQL and the puzzle example), and serving as ferry_gateway.
+            try await eventually("/readyz answering 200", seconds: 60) {
+                (try? get("/readyz", port: port))?.status == 200
+            }
+            let ledger = try await dev.query("select name from ferry.schema_migrations order by name")
+            #expect(ledger.contains("ferry/0001_roles.sql") && ledger.contains("puzzle/0001_tables.sql"), "\(ledger)")
+            let signedUp = try await call(
+                "POST", "/v1/auth/anonymous", port: port, json: ["device_id": UUID().uuidString])
+            #expect(signedUp.status == 201, "\(signedUp)")
+            // Its connections (pool and listener) log in as ferry_gateway, as in production.
+            let roles = try await dev.query(
+                "select distinct usename::text from pg_stat_activity where application_name like 'ferry%' and pid <> pg_backend_pid()"
+            )
+            #expect(roles == ["ferry_gateway"], "\(roles)")
+
+            child.send(SIGTERM)
+            let (ending, killed) = try await offload { child.wait(seconds: 60) }
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(ending == .exited(0) && !killed, "\(output)")
+            #expect(output.contains("stopped PostgreSQL"), "\(output)")
+            #expect(try await dev.db("status").status == 3, "ferry dev stops the database it started")
+        }
+    }
+
+    @Test func devLeavesADatabaseThatWasAlreadyRunningRunning() async throws {
+        try await ThrowawayDevState.with { dev in
+            #expect(try await dev.db("start").status == 0)
+            let (child, _, log) = try await dev.startDev()
+            child.send(SIGTERM)
+            let (ending, killed) = try await offload { child.wait(seconds: 60) }
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(ending == .exited(0) && !killed, "\(output)")
+            #expect(output.contains("left PostgreSQL running (it was running before ferry dev started)"), "\(output)")
+            #expect(try await dev.db("status").status == 0)
+        }
+    }
+}
+
+/// A `.ferry` directory of its own under the temporary directory, and a free port, for a
+/// test of `ferry db` or `ferry dev`: `FERRY_DEV_STATE_DIR` and `FERRY_DEV_PG_PORT` point
+/// the binary there, so the checkout's development cluster is never touched.
+struct ThrowawayDevState {
+    /// The temporary directory holding `.ferry` (and a `ferry dev` log).
+    let root: URL
+    /// The port the cluster is asked to use.
+    let port: Int
+
+    /// `<root>/.ferry`.
+    var stateDirectory: URL { root.appendingPathComponent(".ferry") }
+    /// The superuser URL `ferry db url` prints for it.
+    var url: String { "postgresql://postgres@127.0.0.1:\(port)/ferry" }
+
+    /// Makes the directory and picks the port, runs `body`, then stops the cluster (if
+    /// it runs) and deletes the directory, however `body` ends.
+    static func with(_ body: (ThrowawayDevState) async throws -> Void) async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-dev-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let dev = ThrowawayDevState(root: root, port: try freePort())
+        do {
+            try await body(dev)
+        } catch {
+            await dev.remove()
+            throw error
+        }
+        await dev.remove()
+    }
+
+    /// The environment that points `ferry db` and `ferry dev` here (at `port`).
+    func environment(port: Int) -> [String: String] {
+        ["FERRY_DEV_STATE_DIR": stateDirectory.path, "FERRY_DEV_PG_PORT": String(port)]
+    }
+
+    /// `ferry db <action>`, asking for `port` (this state's unless given).
+    func db(_ action: String, port: Int? = nil) async throws -> FerryRun {
+        try await runFerry(["db", action], databaseURL: nil, environment: environment(port: port ?? self.port))
+    }
+
+    /// Runs `sql` (statements separated by `;`) on the cluster's `ferry` database as the
+    /// superuser; returns the cells of the last statement's rows, row after row.
+    @discardableResult
+    func query(_ sql: String) async throws -> [String?] {
+        let client = try await PostgresClient.connect(PostgresConfiguration(url, connectTimeoutMilliseconds: 5_000))
+        do {
+            let last = try await client.execute(sql).last
+            await client.close()
+            return last?.rows.flatMap(\.values) ?? []
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    /// Starts `ferry dev` on a free port of 127.0.0.1 with the checkout's `sql/` and waits
+    /// (120 s at most: initdb, start, migrations) until it answers `/healthz`. Returns the
+    /// process, its port and the file its output goes to.
+    func startDev() async throws -> (ChildProcess, port: Int, log: String) {
+        let port = try freePort()
+        let log = root.appendingPathComponent("dev.log").path
+        let child = try ChildProcess(
+            try ferryExecutable().path, ["dev", "--listen", "127.0.0.1:\(port)", "--sql-root", MigratorTests.sqlRoot],
+            environment: ["PATH": "/usr/bin:/bin"].merging(environment(port: self.port)) { _, given in given },
+            output: log, errors: log)
+        try await eventually("ferry dev answering /healthz on 127.0.0.1:\(port)", seconds: 120) {
+            !child.isRunning || (try? get("/healthz", port: port))?.status == 200
+        }
+        guard child.isRunning else {
+            throw AccountsTestError(
+                "ferry dev ended (\(String(describing: child.ended))): "
+                    + ((try? String(contentsOfFile: log, encoding: .utf8)) ?? ""))
+        }
+        return (child, port, log)
+    }
+
+    /// Stops the cluster if it runs and deletes the directory.
+    func remove() async {
+        _ = try? await db("stop")
+        try? FileManager.default.removeItem(at: root)
+    }
+}
