@@ -220,7 +220,7 @@ import Testing
                 } catch let error as PostgresError {
                     #expect(error.sqlState == "0A000", "\(error)")
                     #expect(error.message.contains("TRUNCATE of synced table public."), "\(error)")
-                    #expect(error.hint?.contains("DELETE") == true, "\(error)")
+                    #expect(error.hint?.contains("SET _deleted = true") == true, "\(error)")
                 }
             }
             #expect(try await database.value("select count(*) from notes") == "2")

@@ -1580,7 +1580,8 @@ begin
     raise exception 'TRUNCATE of synced table %.% is refused: it leaves no tombstones, so devices would keep the rows',
         tg_table_schema, tg_table_name
         using errcode = '0A000',
-            hint = 'DELETE the rows instead: they become tombstones that devices pull. To empty the table anyway,'
+            hint = 'Tombstone the rows instead (UPDATE ... SET _deleted = true): devices pull the deletes, and'
+                ' ferry purge-tombstones removes the rows after the retention. To empty the table anyway,'
                 ' disable the trigger ferry_refuse_truncate around the TRUNCATE in one transaction.';
 end
 $$;

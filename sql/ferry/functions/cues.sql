@@ -106,7 +106,8 @@ comment on function ferry.send_cues() is
 
 -- A BEFORE TRUNCATE statement trigger (ferry_refuse_truncate). TRUNCATE removes rows
 -- without a tombstone, a row trigger or a cue: devices would keep the rows and push
--- them back. DELETE makes tombstones every device pulls. To empty a table anyway (a
+-- them back. Tombstones (UPDATE ... SET _deleted = true) are what every device pulls; a
+-- DELETE, like TRUNCATE, removes rows for good. To empty a table anyway (a
 -- development database), in one transaction:
 --     alter table t disable trigger ferry_refuse_truncate; truncate t;
 --     alter table t enable trigger ferry_refuse_truncate;
@@ -117,7 +118,8 @@ begin
     raise exception 'TRUNCATE of synced table %.% is refused: it leaves no tombstones, so devices would keep the rows',
         tg_table_schema, tg_table_name
         using errcode = '0A000',
-            hint = 'DELETE the rows instead: they become tombstones that devices pull. To empty the table anyway,'
+            hint = 'Tombstone the rows instead (UPDATE ... SET _deleted = true): devices pull the deletes, and'
+                ' ferry purge-tombstones removes the rows after the retention. To empty the table anyway,'
                 ' disable the trigger ferry_refuse_truncate around the TRUNCATE in one transaction.';
 end
 $$;
