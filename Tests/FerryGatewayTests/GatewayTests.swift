@@ -14,9 +14,11 @@ func withGateway<T>(
     try await withStartedGateway(databaseURL: databaseURL, arguments: arguments) { _, port in try await body(port) }
 }
 
-/// ``withGateway(databaseURL:arguments:_:)`` that also hands `body` the gateway itself.
+/// ``withGateway(databaseURL:arguments:_:)`` that also hands `body` the gateway itself;
+/// it logs to `logger` (standard error, as text, unless given).
 func withStartedGateway<T>(
-    databaseURL: String, arguments: [String] = [], _ body: (_ gateway: Gateway, _ port: Int) async throws -> T
+    databaseURL: String, arguments: [String] = [], logger: Logger? = nil,
+    _ body: (_ gateway: Gateway, _ port: Int) async throws -> T
 ) async throws -> T {
     let values = try SettingValues(
         GatewayConfiguration.settings,
@@ -25,7 +27,7 @@ func withStartedGateway<T>(
             "--shutdown-timeout", "2",
         ] + arguments, environment: [:])
     let gateway = try Gateway(
-        configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))
+        configuration: try GatewayConfiguration(values), logger: logger ?? Logger(format: .text, fileDescriptor: 2))
     let address = try gateway.start()
     do {
         let result = try await body(gateway, address.port)
