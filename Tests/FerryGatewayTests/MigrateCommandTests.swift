@@ -16,19 +16,30 @@ import Testing
         "0001_log.sql": "create table log (n serial, entry text); insert into log (entry) values ('ferry');"
     ]
 
-    /// A fresh database and a SQL root of `ferryFiles`; both removed afterwards.
-    func withSQLRoot(_ body: (TestDatabase, _ sqlRoot: String) async throws -> Void) async throws {
-        let ferry = try MigratorTests.MigrationFiles(Self.ferryFiles, label: "ferry")
-        defer { ferry.remove() }
-        try await TestDatabase.with(prefix: "ferry_migrate") { database in
-            try await body(database, ferry.directory.deletingLastPathComponent().path)
-        }
+    /// A SQL root whose `ferry/` holds `ferryFiles` (a test may edit them), and two
+    /// directories of migrations, `first` and `second`, whose one file each writes the
+    /// directory's name into `log`.
+    struct Migrations {
+        let ferry: MigratorTests.MigrationFiles
+        let first: MigratorTests.MigrationFiles
+        let second: MigratorTests.MigrationFiles
+        /// The `--sql-root` holding `ferry/`.
+        var sqlRoot: String { ferry.directory.deletingLastPathComponent().path }
     }
 
-    /// A directory labelled `label` whose one file writes `label` into `log`.
-    func directory(_ label: String) throws -> MigratorTests.MigrationFiles {
-        try MigratorTests.MigrationFiles(
-            ["0001_\(label).sql": "insert into log (entry) values ('\(label)');"], label: label)
+    /// A fresh database and ``Migrations``; all removed afterwards.
+    func withMigrations(_ body: (TestDatabase, Migrations) async throws -> Void) async throws {
+        func writing(_ label: String) throws -> MigratorTests.MigrationFiles {
+            try MigratorTests.MigrationFiles(
+                ["0001_\(label).sql": "insert into log (entry) values ('\(label)');"], label: label)
+        }
+        let files = Migrations(
+            ferry: try MigratorTests.MigrationFiles(Self.ferryFiles, label: "ferry"), first: try writing("first"),
+            second: try writing("second"))
+        defer {
+            for directory in [files.ferry, files.first, files.second] { directory.remove() }
+        }
+        try await TestDatabase.with(prefix: "ferry_migrate") { database in try await body(database, files) }
     }
 
     /// `ferry migrate <arguments>` with the URL in `--database-url`, nothing else set.
@@ -54,15 +65,11 @@ import Testing
     // MARK: - Applying
 
     @Test func appliesTheSQLRootsFerryThenEachDirInTheOrderGivenAndExits0() async throws {
-        try await withSQLRoot { database, sqlRoot in
-            let (first, second) = (try directory("first"), try directory("second"))
-            defer {
-                first.remove()
-                second.remove()
-            }
-            let run = try await migrate(
-                ["--sql-root", sqlRoot, "--dir", second.directory.path, "--dir", first.directory.path],
-                url: database.url)
+        try await withMigrations { database, files in
+            let arguments = [
+                "--sql-root", files.sqlRoot, "--dir", files.second.directory.path, "--dir", files.first.directory.path,
+            ]
+            let run = try await migrate(arguments, url: database.url)
             #expect(run.status == 0, "\(run.errors)")
             #expect(
                 run.lines.map { $0.prefix { $0 != "(" } } == [
@@ -70,24 +77,17 @@ import Testing
                 ], "\(run.output)")
             #expect(try await log(database) == ["ferry", "second", "first"])
 
-            let again = try await migrate(
-                ["--sql-root", sqlRoot, "--dir", second.directory.path, "--dir", first.directory.path],
-                url: database.url)
+            let again = try await migrate(arguments, url: database.url)
             #expect(again.status == 0 && again.lines == ["migrations up to date"], "\(again.output)\(again.errors)")
             #expect(try await log(database) == ["ferry", "second", "first"])
         }
     }
 
     @Test func withoutDirTheDirectoriesOfFERRY_MIGRATE_DIRSApplyInTheirOrder() async throws {
-        try await withSQLRoot { database, sqlRoot in
-            let (first, second) = (try directory("first"), try directory("second"))
-            defer {
-                first.remove()
-                second.remove()
-            }
+        try await withMigrations { database, files in
             let run = try await migrate(
-                ["--sql-root", sqlRoot], url: database.url,
-                environment: ["FERRY_MIGRATE_DIRS": second.directory.path + ":" + first.directory.path])
+                ["--sql-root", files.sqlRoot], url: database.url,
+                environment: ["FERRY_MIGRATE_DIRS": files.second.directory.path + ":" + files.first.directory.path])
             #expect(run.status == 0, "\(run.errors)")
             #expect(try await log(database) == ["ferry", "second", "first"])
         }
@@ -97,7 +97,8 @@ import Testing
     /// with all three naming databases that refuse connections, the failure names the
     /// one that was tried. With the one that works, the run succeeds.
     @Test func theURLIsTheFlagsThenFERRY_MIGRATE_DATABASE_URLThenFERRY_DATABASE_URL() async throws {
-        try await withSQLRoot { database, sqlRoot in
+        try await withMigrations { database, files in
+            let sqlRoot = files.sqlRoot
             let closed = try freePort()
             func nowhere(_ name: String) -> String { "postgresql://nobody@127.0.0.1:\(closed)/\(name)" }
             func run(flag: String?, migrateURL: String?, databaseURL: String?) async throws -> FerryRun {
@@ -129,10 +130,8 @@ import Testing
     // MARK: - Looking first
 
     @Test func statusListsEachFileChangesNothingAndExits1OnceANumberedFileChanged() async throws {
-        let ferry = try MigratorTests.MigrationFiles(Self.ferryFiles, label: "ferry")
-        defer { ferry.remove() }
-        let sqlRoot = ferry.directory.deletingLastPathComponent().path
-        try await TestDatabase.with(prefix: "ferry_migrate") { database in
+        try await withMigrations { database, files in
+            let (ferry, sqlRoot) = (files.ferry, files.sqlRoot)
             let before = try await migrate(["--status", "--sql-root", sqlRoot], url: database.url)
             #expect(before.status == 0, "\(before.errors)")
             #expect(
@@ -153,10 +152,8 @@ import Testing
     }
 
     @Test func dryRunListsWhatWouldApplyChangesNothingAndExits1WhenARunWouldRefuse() async throws {
-        let ferry = try MigratorTests.MigrationFiles(Self.ferryFiles, label: "ferry")
-        defer { ferry.remove() }
-        let sqlRoot = ferry.directory.deletingLastPathComponent().path
-        try await TestDatabase.with(prefix: "ferry_migrate") { database in
+        try await withMigrations { database, files in
+            let (ferry, sqlRoot) = (files.ferry, files.sqlRoot)
             let before = try await migrate(["--dry-run", "--sql-root", sqlRoot], url: database.url)
             #expect(before.status == 0 && before.lines == ["would apply ferry/0001_log.sql"], "\(before.output)")
             #expect(try await ledgerExists(database) == false, "--dry-run changes nothing")
@@ -174,7 +171,8 @@ import Testing
     // MARK: - Failures
 
     @Test func aFailingFileExits1NamingItAndItsSQLStateAndKeepsTheFilesBefore() async throws {
-        try await withSQLRoot { database, sqlRoot in
+        try await withMigrations { database, files in
+            let sqlRoot = files.sqlRoot
             let app = try MigratorTests.MigrationFiles(
                 [
                     "0001_fine.sql": "insert into log (entry) values ('fine');",
@@ -191,7 +189,8 @@ import Testing
     }
 
     @Test func anEditedAppliedFileExits1AndAppliesNothing() async throws {
-        try await withSQLRoot { database, sqlRoot in
+        try await withMigrations { database, files in
+            let sqlRoot = files.sqlRoot
             let app = try MigratorTests.MigrationFiles(["0001_a.sql": "insert into log (entry) values ('a');"])
             defer { app.remove() }
             #expect(
