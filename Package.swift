@@ -9,8 +9,19 @@ let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLe
 /// Ferry: a self-hosted sync gateway for offline-first apps.
 ///
 /// Modules depend one way, bottom to top (see docs/ARCHITECTURE.md):
-/// C shims → FerryLoop → FerryHTTP / FerryPostgres → FerryGateway → ferry.
-/// CFerryBuild (the build's commit) is the one C target with code of its own.
+///
+///     C shims (CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto; CFerryBuild)
+///     FerryLoop                  event loops, TCP, timers, worker threads, blocking hand-off
+///     FerryJSON                  JSON strings written and objects read on bytes
+///     FerryCommandLine           flags and FERRY_* variables, commands, --help
+///     FerryHTTP  FerryPostgres   HTTP/1.1 server, streams, a WebSocket client; async libpq
+///     FerryAuth                  tokens, crypto, password hashing, rate and concurrency limits
+///     FerryGateway               the application: App/, API/, Accounts/, Sync/, Realtime/,
+///                                Observability/, Migrations/
+///     ferry                      the CLI
+///
+/// FerryAuth needs no database and no HTTP; FerryLoad (the load generator's clients) and
+/// ferry-load sit beside the gateway, on FerryLoop, FerryHTTP and FerryPostgres.
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -32,25 +43,43 @@ let package = Package(
         /// The build's commit, as a C string: the one value a build can hand the code.
         .target(name: "CFerryBuild", cSettings: [.define("FERRY_COMMIT", to: "\"\(commit)\"")]),
         .target(name: "FerryLoop", dependencies: ["CLibUV"]),
-        .target(name: "FerryHTTP", dependencies: ["FerryLoop", "CHTTPParser", "CWslay", "CCrypto"]),
+        .target(name: "FerryJSON"),
+        .target(name: "FerryCommandLine"),
+        .target(name: "FerryHTTP", dependencies: ["FerryLoop", "FerryJSON", "CHTTPParser", "CWslay", "CCrypto"]),
         .target(name: "FerryPostgres", dependencies: ["FerryLoop", "CLibPQ"]),
+        .target(name: "FerryAuth", dependencies: ["FerryLoop", "FerryJSON", "CSodium", "CCrypto"]),
         .target(
             name: "FerryGateway",
-            dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CSodium", "CCrypto", "CFerryBuild"],
-            resources: []
+            dependencies: [
+                "FerryLoop", "FerryJSON", "FerryCommandLine", "FerryHTTP", "FerryPostgres", "FerryAuth", "CFerryBuild",
+            ]
         ),
-        .executableTarget(name: "ferry", dependencies: ["FerryGateway"]),
+        .executableTarget(
+            name: "ferry", dependencies: ["FerryGateway", "FerryCommandLine", "FerryLoop", "FerryPostgres"]),
         /// The load generator's clients (WebSocket, SSE, sign-ups) and measurements; bench/ drives it.
-        .target(name: "FerryLoad", dependencies: ["FerryLoop", "CCrypto"]),
-        .executableTarget(name: "ferry-load", dependencies: ["FerryLoad", "FerryLoop", "FerryPostgres"]),
+        .target(name: "FerryLoad", dependencies: ["FerryLoop", "FerryJSON", "FerryHTTP"]),
+        .executableTarget(
+            name: "ferry-load", dependencies: ["FerryLoad", "FerryLoop", "FerryPostgres", "FerryCommandLine"]),
 
         // MARK: - Tests
-        /// Shared by the test targets: the PostgreSQL each test gets, and small socket clients.
-        .target(name: "FerryTestSupport", dependencies: ["FerryLoop", "FerryPostgres"], path: "Tests/FerryTestSupport"),
+        /// Shared by the test targets: the PostgreSQL each test gets, small socket clients,
+        /// the built binaries run as child processes.
+        .target(
+            name: "FerryTestSupport", dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CCrypto"],
+            path: "Tests/FerryTestSupport"),
+        // Need no PostgreSQL:
         .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop"]),
+        .testTarget(name: "FerryJSONTests", dependencies: ["FerryJSON"]),
+        .testTarget(name: "FerryCommandLineTests", dependencies: ["FerryCommandLine"]),
+        .testTarget(name: "FerryAuthTests", dependencies: ["FerryAuth", "FerryLoop", "FerryTestSupport"]),
+        .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
+        // Need PostgreSQL (some of their suites do not):
         .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
-        .testTarget(name: "FerryGatewayTests", dependencies: ["FerryGateway", "FerryTestSupport", "FerryLoad"]),
-        .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
+        .testTarget(
+            name: "FerryGatewayTests",
+            dependencies: ["FerryGateway", "FerryAuth", "FerryJSON", "FerryCommandLine", "FerryTestSupport"]),
+        /// The `ferry` binary's commands, run as processes.
+        .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryGateway", "FerryTestSupport"]),
     ]
 )

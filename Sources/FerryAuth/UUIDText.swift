@@ -5,7 +5,7 @@ extension UUID {
     /// `uuidString.lowercased()` builds two Strings and lowercases through Unicode
     /// rules, ~400 ns here; this writes the hex digits once, ~70 ns. It runs for
     /// every token verified, signed or announced.
-    var lowercasedString: String {
+    public var lowercasedString: String {
         withUnsafeBytes(of: uuid) { bytes in
             String(unsafeUninitializedCapacity: 36) { text in
                 var offset = 0

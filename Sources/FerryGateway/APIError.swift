@@ -1,4 +1,5 @@
 import FerryHTTP
+import FerryJSON
 import FerryPostgres
 import Foundation
 

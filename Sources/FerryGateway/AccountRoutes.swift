@@ -1,4 +1,6 @@
+import FerryAuth
 import FerryHTTP
+import FerryJSON
 import FerryLoop
 import FerryPostgres
 import Foundation
@@ -17,8 +19,8 @@ final class Accounts: Sendable {
 
     init(configuration: GatewayConfiguration, logger: Logger) {
         tokens = AccessTokenSigner(
-            configuration: configuration, lifetimeSeconds: configuration.accessTokenSeconds,
-            leewaySeconds: configuration.tokenLeewaySeconds)
+            secret: configuration.jwtSecret, previousSecret: configuration.jwtPreviousSecret,
+            lifetimeSeconds: configuration.accessTokenSeconds, leewaySeconds: configuration.tokenLeewaySeconds)
         passwords = PasswordHasher()
         revoked = RevokedSessions()
         anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)

@@ -1,4 +1,6 @@
+import FerryAuth
 import FerryHTTP
+import FerryJSON
 import Foundation
 
 /// One `ferry_cue` notification: rows of `table` changed for one user (or, for a

@@ -1,3 +1,4 @@
+import FerryCommandLine
 import Foundation
 
 /// Everything `ferry serve` needs, validated. Built from flags and `FERRY_*`

@@ -1,17 +1,6 @@
+import FerryAuth
 import FerryHTTP
 import FerryPostgres
-
-/// Who is asking: the claims of a verified access token.
-struct Identity: Sendable, Equatable {
-    /// The user (`sub`), a UUID string.
-    var userID: String
-    /// The session (`sid`), a UUID string.
-    var sessionID: String
-    /// The device (`did`): the device for push, pull, streams and locks.
-    var deviceID: String
-    /// Whether the user had no email when the token was issued (`anon`).
-    var isAnonymous: Bool
-}
 
 extension Identity {
     /// Switches a transaction to the request role and sets who is asking, all

@@ -1,4 +1,6 @@
+import FerryAuth
 import FerryHTTP
+import FerryJSON
 import FerryPostgres
 import Foundation
 

@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryPostgres
 import Foundation
 

@@ -1,4 +1,5 @@
 import CCrypto
+import FerryAuth
 
 /// Seals `ferry.pull`'s raw cursor text into the opaque, tamper-evident cursor
 /// clients hold, and opens it again.

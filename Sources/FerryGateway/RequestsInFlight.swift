@@ -1,3 +1,5 @@
+import FerryAuth
+
 /// The database requests each device and each user has in flight on this process, from
 /// admission (before the pool is asked for a connection) until the database has answered
 /// them, bounded so that one device or one user cannot take the connections and the

@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryHTTP
 import FerryLoop
 import FerryPostgres

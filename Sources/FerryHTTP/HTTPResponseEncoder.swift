@@ -1,3 +1,5 @@
+import FerryJSON
+
 /// Writes a response head in HTTP/1.1 wire format.
 ///
 /// Adds what the server owns: `Date`, `Content-Length` (not for 1xx/204/304) and

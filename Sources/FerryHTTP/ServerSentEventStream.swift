@@ -1,3 +1,4 @@
+import FerryJSON
 import FerryLoop
 
 /// A Server-Sent Events response (`text/event-stream`) as an ``EventStream``.

@@ -9,27 +9,27 @@ import Foundation
 /// rejected, strings well-formed UTF-8 (RFC 3629: no overlong forms, no encoded
 /// surrogates). Nested arrays and objects are validated and skipped (at most 16
 /// deep for ``forEachMember(in:_:)``). `JSONDecoder` takes about 3.6 µs to decode a
-/// token's claims, more than a whole ``AccessTokenSigner/verify(_:now:)`` with this
+/// token's claims, more than a whole access-token verify (FerryAuth) with this
 /// reader, and cannot see a duplicated `alg`; this allocates only the strings a
 /// caller decodes. Any thread; the bytes must outlive the call.
-struct JSONObjectReader {
+public struct JSONObjectReader {
     /// A string as it appears between its quotes, decoded only on demand.
-    struct RawString {
+    public struct RawString {
         /// The bytes between the quotes, escapes not yet applied.
-        let bytes: UnsafeBufferPointer<UInt8>
+        public let bytes: UnsafeBufferPointer<UInt8>
         /// Whether the bytes contain a backslash escape.
-        let hasEscapes: Bool
+        public let hasEscapes: Bool
 
         /// Whether the string equals `literal` (ASCII), compared without allocating
         /// unless the string has escapes.
-        func equals(_ literal: StaticString) -> Bool {
+        public func equals(_ literal: StaticString) -> Bool {
             if hasEscapes { return decoded().map { $0 == literal.description } ?? false }
             guard bytes.count == literal.utf8CodeUnitCount else { return false }
             return bytes.count == 0 || memcmp(bytes.baseAddress!, literal.utf8Start, bytes.count) == 0
         }
 
         /// The string with escapes applied, or nil when it is not valid UTF-8.
-        func decoded() -> String? {
+        public func decoded() -> String? {
             guard hasEscapes else { return String(validating: bytes, as: UTF8.self) }
             var output: [UInt8] = []
             output.reserveCapacity(bytes.count)
@@ -67,7 +67,7 @@ struct JSONObjectReader {
     }
 
     /// A member's value.
-    enum Value {
+    public enum Value {
         /// A string, escapes not yet applied.
         case string(RawString)
         /// A number with no fraction or exponent that fits in `Int`.
@@ -81,7 +81,7 @@ struct JSONObjectReader {
     }
 
     /// Why bytes are not an acceptable JSON document.
-    enum Defect: Equatable {
+    public enum Defect: Equatable, Sendable {
         /// A string holds bytes that are not well-formed UTF-8.
         case notUTF8
         /// Arrays and objects nest deeper than the limit.
@@ -105,7 +105,7 @@ struct JSONObjectReader {
     /// UTF-8, with at most `maximumDepth` arrays and objects open at once (the
     /// outermost counts); else what is wrong. One pass, no allocation; recursion as
     /// deep as the nesting, so `maximumDepth` also bounds the stack.
-    static func defect(in bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int) -> Defect? {
+    public static func defect(in bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int) -> Defect? {
         var reader = JSONObjectReader(bytes, maximumDepth: maximumDepth)
         reader.skipWhitespace()
         guard reader.readValue(depth: 0) != nil else { return reader.defect ?? .notJSON }
@@ -116,7 +116,7 @@ struct JSONObjectReader {
     /// Calls `body` with each member of the object that is all of `bytes`, in order;
     /// false when the bytes are not exactly one valid JSON object or when `body`
     /// returns false (which stops the reading).
-    static func forEachMember(
+    public static func forEachMember(
         in bytes: UnsafeBufferPointer<UInt8>, _ body: (_ key: RawString, _ value: Value) -> Bool
     ) -> Bool {
         var reader = JSONObjectReader(bytes)

@@ -1,3 +1,4 @@
+import FerryHTTP
 import FerryLoop
 import Foundation
 

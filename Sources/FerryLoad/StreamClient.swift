@@ -1,3 +1,4 @@
+import FerryHTTP
 import FerryLoop
 
 /// Which of Ferry's stream endpoints a client opens.
@@ -160,7 +161,7 @@ final class StreamClient: TCPConnectionDelegate {
     private var source: SocketAddress?
     private var key = ""
     private var head: [UInt8] = []
-    private var frames: WebSocketFrameDecoder?
+    private var frames: WebSocketClientDecoder?
     private var events: ServerSentEventsDecoder?
     private var chunks: ChunkedBodyDecoder?
 
@@ -192,8 +193,9 @@ final class StreamClient: TCPConnectionDelegate {
         self.token = nil
         switch set.transport {
         case .webSocket:
-            key = WebSocketHandshake.makeKey()
-            connection.write(WebSocketHandshake.request(path: set.transport.path, host: host, key: key, token: token))
+            key = WebSocketClientHandshake.makeKey()
+            connection.write(
+                WebSocketClientHandshake.request(path: set.transport.path, host: host, key: key, token: token))
         case .serverSentEvents:
             connection.write(
                 "GET \(set.transport.path) HTTP/1.1\r\nHost: \(host)\r\nAccept: text/event-stream\r\n"
@@ -252,11 +254,11 @@ final class StreamClient: TCPConnectionDelegate {
     private func accept(_ response: HTTPResponseHead) -> Bool {
         switch set.transport {
         case .webSocket:
-            guard WebSocketHandshake.accepts(response, key: key) else {
+            guard WebSocketClientHandshake.accepts(response, key: key) else {
                 fail("handshake answered \(response.status)")
                 return false
             }
-            frames = WebSocketFrameDecoder()
+            frames = WebSocketClientDecoder()
         case .serverSentEvents:
             guard response.status == 200,
                 response.headers["content-type"]?.lowercased().hasPrefix("text/event-stream") == true
@@ -280,7 +282,7 @@ final class StreamClient: TCPConnectionDelegate {
                     switch event {
                     case .text(let json): received(type: messageType(ofJSON: json), at: time)
                     case .ping(let payload): connection?.write(WebSocketClientFrame.pong(payload))
-                    case .close(let code):
+                    case .close(let code, _):
                         connection?.write(WebSocketClientFrame.close(code: code ?? 1000))
                         return close(reason: "server closed (\(code.map(String.init) ?? "no code"))")
                     case .pong, .binary: break

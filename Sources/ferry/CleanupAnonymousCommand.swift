@@ -1,4 +1,6 @@
+import FerryCommandLine
 import FerryGateway
+import FerryLoop
 import FerryPostgres
 import Foundation
 

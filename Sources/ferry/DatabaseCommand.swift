@@ -1,3 +1,4 @@
+import FerryCommandLine
 import FerryGateway
 
 /// `ferry db start|stop|status|url|reset`: the embedded development PostgreSQL.

@@ -1,4 +1,6 @@
+import FerryCommandLine
 import FerryGateway
+import FerryLoop
 import Foundation
 
 /// `ferry dev`: the embedded PostgreSQL, migrations, a dev secret, and the gateway on

@@ -1,3 +1,4 @@
+import FerryCommandLine
 import FerryGateway
 
 enum VersionCommand: Command {

@@ -1,4 +1,5 @@
-import FerryGateway
+import FerryAuth
+import FerryTestSupport
 import Foundation
 import Testing
 

@@ -1,4 +1,4 @@
-import FerryGateway
+import FerryAuth
 import Testing
 
 /// Which emails and passwords an account accepts.

@@ -1,4 +1,4 @@
-import FerryGateway
+import FerryAuth
 import Foundation
 import Testing
 

@@ -1,7 +1,7 @@
 import Dispatch
 import Testing
 
-@testable import FerryGateway
+@testable import FerryAuth
 
 /// Counts held per key, with a limit per key, shared by every thread.
 @Suite struct ConcurrencyLimitTests {

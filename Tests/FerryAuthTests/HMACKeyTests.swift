@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import FerryGateway
+@testable import FerryAuth
 
 @Suite struct HMACKeyTests {
     @Test func hmacKeyMatchesRFC4231AndStaysKeyedAcrossCalls() async {

@@ -3,7 +3,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import FerryGateway
+@testable import FerryAuth
 
 /// Argon2id hashing on the worker threads, answered on the caller's loop.
 @Suite struct PasswordHasherTests {

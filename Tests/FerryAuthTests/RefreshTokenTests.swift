@@ -1,4 +1,4 @@
-import FerryGateway
+import FerryAuth
 import Testing
 
 /// Refresh tokens and the hash the database keeps of them.

@@ -16,10 +16,7 @@ import Testing
     /// The test database's URL with `ferry_gateway` as the user: the cleanup functions
     /// are granted to it, and the test cluster trusts loopback logins.
     func gatewayURL(_ database: TestDatabase) throws -> String {
-        var components = try #require(URLComponents(string: database.url), "FERRY_TEST_DATABASE_URL must be a URL")
-        components.user = "ferry_gateway"
-        components.password = nil
-        return try #require(components.string)
+        try database.url(user: "ferry_gateway")
     }
 
     /// 2,500 anonymous users last seen 40 to 60 days ago, 1,000 seen 1 to 29 days ago, one
@@ -29,7 +26,7 @@ import Testing
         try await TestDatabase.with(prefix: "ferry_cleanup") { database in
             let client = try await database.connect()
             do {
-                try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(client)
+                try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: []).migrate(client)
                 _ = try await client.execute(
                     """
                     create table notes (id text, user_id uuid not null, primary key (user_id, id));

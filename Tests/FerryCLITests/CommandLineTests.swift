@@ -9,7 +9,26 @@ import Testing
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct CommandLineTests {
     /// The repository's root, where `make test` keeps the development database (`.ferry/`).
-    static let root = URL(fileURLWithPath: MigratorTests.sqlRoot).deletingLastPathComponent().path
+    static let root = TestRepository.root
+
+    /// Creates a database migrated with `sql/ferry` (and `sql/examples/<name>` for each of
+    /// `examples`), runs `body` with a superuser connection to it, and drops it.
+    func withMigratedDatabase(
+        examples: [String] = [], _ body: (TestDatabase, PostgresClient) async throws -> Void
+    ) async throws {
+        try await TestDatabase.with(prefix: "ferry_cli") { database in
+            let admin = try await database.connect()
+            do {
+                let directories = examples.map { TestRepository.sqlRoot + "/examples/" + $0 }
+                try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: directories).migrate(admin)
+                try await body(database, admin)
+            } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
+        }
+    }
 
     @Test func helpListsTheCommandsAndHelpOfACommandItsSettings() async throws {
         let list = try await runFerry(["help"], databaseURL: nil)
@@ -64,7 +83,7 @@ import Testing
 
     @Test func migrateWithADirectoryThatDoesNotExistIsABadSetting() async throws {
         let run = try await runFerry(
-            ["migrate", "--sql-root", MigratorTests.sqlRoot, "--dir", "/nonexistent/migrations"],
+            ["migrate", "--sql-root", TestRepository.sqlRoot, "--dir", "/nonexistent/migrations"],
             databaseURL: "postgresql://nobody@127.0.0.1:1/none")
         #expect(run.status == 2)
         #expect(run.errors == "ferry migrate: invalid --dir: /nonexistent/migrations is not a directory\n")
@@ -74,16 +93,18 @@ import Testing
     }
 
     @Test func migrateStatusListsLedgerRowsOfDirectoriesNotGiven() async throws {
-        try await AccountsDatabase.with(examples: ["puzzle"]) { database in
+        try await withMigratedDatabase(examples: ["puzzle"]) { database, _ in
             let run = try await runFerry(
-                ["migrate", "--status", "--sql-root", MigratorTests.sqlRoot], databaseURL: database.database.url)
+                ["migrate", "--status", "--sql-root", TestRepository.sqlRoot], databaseURL: database.url)
             #expect(run.status == 0, "\(run.errors)")
             #expect(
                 run.lines.contains {
                     $0.hasPrefix("applied  puzzle/0001_tables.sql  20") && $0.hasSuffix("(its directory was not given)")
                 }, "\(run.output)")
-            let puzzle = try FileManager.default.contentsOfDirectory(atPath: MigratorTests.sqlRoot + "/examples/puzzle")
-                .filter { $0.hasSuffix(".sql") }
+            let puzzle = try FileManager.default.contentsOfDirectory(
+                atPath: TestRepository.sqlRoot + "/examples/puzzle"
+            )
+            .filter { $0.hasSuffix(".sql") }
             #expect(
                 run.lines.last?.hasSuffix(
                     "; \(puzzle.count) more applied from directories not given (pass their --dir to check them)")
@@ -92,16 +113,16 @@ import Testing
     }
 
     @Test func migrateStatusAsARoleThatMayNotReadTheLedgerSaysWhichRoleToUse() async throws {
-        try await AccountsDatabase.with { database in
+        try await withMigratedDatabase { database, admin in
             let role = "ferry_reader_\(UInt32.random(in: 0...UInt32.max))"
-            try await database.admin.execute("create role \(role) login")
+            try await admin.execute("create role \(role) login")
             let run: FerryRun
             do {
                 run = try await runFerry(
-                    ["migrate", "--status", "--sql-root", MigratorTests.sqlRoot],
-                    databaseURL: try AccountsDatabase.url(database.database.url, user: role))
+                    ["migrate", "--status", "--sql-root", TestRepository.sqlRoot],
+                    databaseURL: try database.url(user: role))
             } catch {
-                try await database.admin.execute("drop role \(role)")
+                try await admin.execute("drop role \(role)")
                 throw error
             }
             #expect(run.status == 1)
@@ -110,7 +131,7 @@ import Testing
             )
             #expect(
                 run.errors.contains("or a superuser, in --database-url / FERRY_MIGRATE_DATABASE_URL"), "\(run.errors)")
-            try await database.admin.execute("drop role \(role)")
+            try await admin.execute("drop role \(role)")
         }
     }
 }

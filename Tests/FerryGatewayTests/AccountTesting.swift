@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryPostgres
 import FerryTestSupport
 import Foundation
@@ -298,14 +299,6 @@ struct APIResponse: Sendable {
 
 extension APIResponse: CustomStringConvertible {
     var description: String { "\(status) \(raw.text)" }
-}
-
-/// Runs blocking work (sockets, child processes) off Swift's cooperative threads, which
-/// parallel tests share: a test blocked in `recv` must not stall the others.
-func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
-    }
 }
 
 /// Sends one request on a fresh connection and reads its answer. `json` is encoded

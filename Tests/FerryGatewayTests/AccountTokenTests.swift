@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryTestSupport
 import Foundation
 import Testing

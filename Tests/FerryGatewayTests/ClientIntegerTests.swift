@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryTestSupport
 import Foundation
 import Testing
@@ -13,7 +14,7 @@ import Testing
         try await AccountsDatabase.with { database in
             let port = try freePort()
             let server = try ChildProcess(
-                try ferryExecutable().path, ["serve"],
+                try TestRepository.ferryExecutable().path, ["serve"],
                 environment: [
                     "FERRY_DATABASE_URL": database.gatewayURL, "FERRY_JWT_SECRET": testSecret,
                     "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "2",

@@ -10,9 +10,7 @@ import Testing
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct MigratorTests {
     /// The repository's `sql/` directory, for Ferry's own migrations.
-    static let sqlRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("sql").path
+    static let sqlRoot = TestRepository.sqlRoot
 
     /// A temporary directory named `label` (`app` unless given) holding `files` (path →
     /// SQL, e.g. `functions/f.sql`); removed by ``remove()``.

@@ -1,3 +1,4 @@
+import FerryAuth
 import Testing
 
 @testable import FerryGateway

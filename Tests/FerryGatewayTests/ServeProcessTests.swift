@@ -1,24 +1,8 @@
 import FerryGateway
-import FerryLoad
+import FerryLoop
 import FerryTestSupport
 import Foundation
 import Testing
-
-/// The `ferry` binary SwiftPM built next to the tests.
-func ferryExecutable() throws -> URL {
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-    for configuration in ["debug", "release"] {
-        let url = root.appendingPathComponent(".build/\(configuration)/ferry")
-        if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-    }
-    throw MissingBinary()
-}
-
-/// The tests need the `ferry` executable; `swift build` (and `make test`) builds it.
-struct MissingBinary: Error, CustomStringConvertible {
-    var description: String { "no ferry binary under .build/: run `swift build` before the tests" }
-}
 
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct ServeProcessTests {
@@ -26,7 +10,8 @@ struct MissingBinary: Error, CustomStringConvertible {
         let errors = temporaryLog()
         defer { try? FileManager.default.removeItem(atPath: errors) }
         let child = try ChildProcess(
-            try ferryExecutable().path, ["serve"], environment: ["PATH": "/usr/bin:/bin"], errors: errors)
+            try TestRepository.ferryExecutable().path, ["serve"], environment: ["PATH": "/usr/bin:/bin"], errors: errors
+        )
         #expect(child.wait() == .exited(2))
         let text = try String(contentsOfFile: errors, encoding: .utf8)
         #expect(text.split(separator: "\n").count == 1)
@@ -44,7 +29,7 @@ struct MissingBinary: Error, CustomStringConvertible {
         _ databaseURL: String, port: Int, log: String? = nil, environment: [String: String] = [:]
     ) throws -> ChildProcess {
         try ChildProcess(
-            try ferryExecutable().path, ["serve"],
+            try TestRepository.ferryExecutable().path, ["serve"],
             environment: [
                 "FERRY_DATABASE_URL": databaseURL, "FERRY_JWT_SECRET": testSecret,
                 "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2", "FERRY_SHUTDOWN_TIMEOUT": "5",

@@ -1,3 +1,4 @@
+import FerryCommandLine
 import FerryPostgres
 import FerryTestSupport
 import Foundation
@@ -265,38 +266,4 @@ import Testing
             }
         }
     }
-}
-
-// MARK: - Running the CLI (shared by the command tests)
-
-/// What the `ferry` binary printed and how it ended.
-struct FerryRun {
-    var status: Int32
-    var output: String
-    var errors: String
-    var lines: [String] { output.split(separator: "\n").map(String.init) }
-}
-
-/// Runs the built `ferry` with `FERRY_DATABASE_URL` (none when nil) and `environment`;
-/// output goes to files (a pipe nobody drains could stall it), read once it exited.
-func runFerry(_ arguments: [String], databaseURL: String?, environment: [String: String] = [:]) async throws
-    -> FerryRun
-{
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-run-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    let outputFile = directory.appendingPathComponent("stdout")
-    let errorFile = directory.appendingPathComponent("stderr")
-    let child = try ChildProcess(
-        try ferryExecutable().path, arguments,
-        environment: ["PATH": "/usr/bin:/bin"].merging(databaseURL.map { ["FERRY_DATABASE_URL": $0] } ?? [:]) { a, _ in
-            a
-        }
-        .merging(environment) { _, given in given }, output: outputFile.path,
-        errors: errorFile.path)
-    let ending = try await offload { child.wait() }
-    return FerryRun(
-        status: ending.exitStatus ?? -1,
-        output: try String(contentsOf: outputFile, encoding: .utf8),
-        errors: try String(contentsOf: errorFile, encoding: .utf8))
 }

@@ -1,7 +1,7 @@
 import CCrypto
 
 /// HMAC-SHA256 computed independently of the code under test, to forge tokens.
-func hmacSHA256(key: String, _ message: String) -> [UInt8] {
+public func hmacSHA256(key: String, _ message: String) -> [UInt8] {
     var digest = [UInt8](repeating: 0, count: 32)
     var length: UInt32 = 0
     let key = Array(key.utf8)

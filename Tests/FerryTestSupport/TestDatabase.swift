@@ -72,6 +72,19 @@ public struct TestDatabase: Sendable {
         }
     }
 
+    /// ``url`` with its user replaced by `user` and no password (the test cluster trusts
+    /// loopback), e.g. to connect as `ferry_gateway`; throws when the environment gave
+    /// no URL.
+    public func url(user: String) throws(TestDatabaseError) -> String {
+        guard var components = URLComponents(string: url), components.scheme?.hasPrefix("postgres") == true else {
+            throw TestDatabaseError("\(Self.environmentVariable) must be a postgresql:// URL for these tests")
+        }
+        components.user = user
+        components.password = nil
+        guard let replaced = components.string else { throw TestDatabaseError("cannot rewrite \(url)") }
+        return replaced
+    }
+
     /// Connects a ``PostgresClient`` to this database.
     public func connect() async throws -> PostgresClient {
         try await PostgresClient.connect(configuration)

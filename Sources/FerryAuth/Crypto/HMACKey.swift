@@ -7,7 +7,7 @@ import Synchronization
 /// 300-byte token's 1.8 µs here); a MAC context keyed once and reset per message costs
 /// about 0.35 µs. Contexts are not thread-safe, so each call borrows one from a small
 /// pool (a few per key: one per thread signing at that moment) and gives it back.
-final class HMACKey: Sendable {
+public final class HMACKey: Sendable {
     private let template: OpaqueContext
     private let pool = Mutex<[OpaqueContext]>([])
 
@@ -16,7 +16,8 @@ final class HMACKey: Sendable {
         let pointer: OpaquePointer
     }
 
-    init(_ key: [UInt8]) {
+    /// A key of `key`'s bytes.
+    public init(_ key: [UInt8]) {
         let mac = EVP_MAC_fetch(nil, "HMAC", nil)
         precondition(mac != nil, "OpenSSL has no HMAC")
         defer { EVP_MAC_free(mac) }
@@ -45,7 +46,7 @@ final class HMACKey: Sendable {
     }
 
     /// HMAC-SHA256 of `data`.
-    func mac(_ data: UnsafeBufferPointer<UInt8>) -> AccessTokenSigner.Digest {
+    public func mac(_ data: UnsafeBufferPointer<UInt8>) -> AccessTokenSigner.Digest {
         let context = pool.withLock { $0.popLast() } ?? OpaqueContext(pointer: EVP_MAC_CTX_dup(template.pointer)!)
         defer { pool.withLock { $0.append(context) } }
         var digest = AccessTokenSigner.Digest()

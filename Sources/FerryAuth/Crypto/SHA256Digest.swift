@@ -3,10 +3,10 @@ import Foundation
 
 /// SHA-256 as lowercase hex: migration checksums and the refresh-token hashes the
 /// database stores.
-enum SHA256Digest {
+public enum SHA256Digest {
     /// The lowercase hex SHA-256 of `bytes` (64 characters). Any thread; well under
     /// a microsecond for a short input.
-    static func hex(_ bytes: some ContiguousBytes) -> String {
+    public static func hex(_ bytes: some ContiguousBytes) -> String {
         var digest: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         return withUnsafeMutableBytes(of: &digest) { digest in
             bytes.withUnsafeBytes { input in

@@ -5,18 +5,19 @@ import Synchronization
 /// thread: with `SO_REUSEPORT` one key's connections land on any loop, so the counts are
 /// behind one `Mutex`. A key is tracked only while it holds something, so memory follows
 /// what is held, not how many keys were ever seen.
-final class ConcurrencyLimit<Key: Hashable & Sendable>: Sendable {
+public final class ConcurrencyLimit<Key: Hashable & Sendable>: Sendable {
     /// What one key may hold at once.
-    let limit: Int
+    public let limit: Int
     private let held = Mutex<[Key: Int]>([:])
 
-    init(limit: Int) {
+    /// A limit of `limit` held at once per key.
+    public init(limit: Int) {
         precondition(limit > 0, "a concurrency limit needs a positive limit")
         self.limit = limit
     }
 
     /// Counts one for `key`; false (nothing counted) when the key is at the limit.
-    func take(_ key: Key) -> Bool {
+    public func take(_ key: Key) -> Bool {
         held.withLock { held in
             let count = held[key, default: 0]
             guard count < limit else { return false }
@@ -26,7 +27,7 @@ final class ConcurrencyLimit<Key: Hashable & Sendable>: Sendable {
     }
 
     /// Gives back one counted by ``take(_:)``.
-    func release(_ key: Key) {
+    public func release(_ key: Key) {
         held.withLock { held in
             let count = held[key, default: 0] - 1
             held[key] = count > 0 ? count : nil
@@ -34,12 +35,12 @@ final class ConcurrencyLimit<Key: Hashable & Sendable>: Sendable {
     }
 
     /// What `key` holds now. For tests.
-    func count(_ key: Key) -> Int {
+    public func count(_ key: Key) -> Int {
         held.withLock { $0[key, default: 0] }
     }
 
     /// Keys holding anything now. For tests.
-    var keysHolding: Int {
+    public var keysHolding: Int {
         held.withLock { $0.count }
     }
 }

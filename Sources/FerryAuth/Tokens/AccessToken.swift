@@ -1,5 +1,5 @@
 import CCrypto
-import FerryHTTP
+import FerryJSON
 import Foundation
 
 /// What an access token says: who is asking, from which session and device, and
@@ -88,13 +88,6 @@ public struct AccessTokenSigner: Sendable {
         self.previousSecret = previousSecret.map { HMACKey(Array($0.utf8)) }
         self.lifetimeSeconds = lifetimeSeconds
         self.leewaySeconds = leewaySeconds
-    }
-
-    /// A signer with the configuration's `jwtSecret` and `jwtPreviousSecret`.
-    public init(configuration: GatewayConfiguration, lifetimeSeconds: Int = 3600, leewaySeconds: Int = 30) {
-        self.init(
-            secret: configuration.jwtSecret, previousSecret: configuration.jwtPreviousSecret,
-            lifetimeSeconds: lifetimeSeconds, leewaySeconds: leewaySeconds)
     }
 
     /// Claims for a token issued `now` (seconds since 1970) that expires after ``lifetimeSeconds``.
@@ -343,13 +336,17 @@ public struct AccessTokenSigner: Sendable {
     // MARK: - HMAC
 
     /// A SHA-256 digest kept inline (no allocation), compared in constant time.
-    struct Digest: Equatable {
-        var bytes: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+    public struct Digest: Equatable, Sendable {
+        /// The digest's 32 bytes, in place.
+        public var bytes: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+        /// A digest of zeros, to be written.
+        public init() {}
 
         /// The digest's 32 bytes, copied.
-        var array: [UInt8] { withUnsafeBytes(of: bytes) { Array($0) } }
+        public var array: [UInt8] { withUnsafeBytes(of: bytes) { Array($0) } }
 
-        static func == (lhs: Digest, rhs: Digest) -> Bool {
+        public static func == (lhs: Digest, rhs: Digest) -> Bool {
             withUnsafeBytes(of: lhs.bytes) { left in
                 withUnsafeBytes(of: rhs.bytes) { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, 32) == 0 }
             }

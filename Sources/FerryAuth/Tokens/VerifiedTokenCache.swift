@@ -3,11 +3,14 @@ import Synchronization
 /// An access token that passed ``AccessTokenSigner/verify(_:now:)``: its claims, and the
 /// identity the request's SQL runs as, formatted once. A class, so a cache hit costs one
 /// retain rather than one per string.
-final class VerifiedToken: Sendable {
-    let claims: AccessTokenClaims
-    let identity: Identity
+public final class VerifiedToken: Sendable {
+    /// The token's claims.
+    public let claims: AccessTokenClaims
+    /// Who is asking, as the request's SQL names it.
+    public let identity: Identity
 
-    init(claims: AccessTokenClaims) {
+    /// The verified form of `claims`.
+    public init(claims: AccessTokenClaims) {
         self.claims = claims
         identity = Identity(
             userID: claims.userID.lowercasedString, sessionID: claims.sessionID.lowercasedString,
@@ -29,10 +32,10 @@ final class VerifiedToken: Sendable {
 /// Direct-mapped: a token's slot comes from bytes of its signature, and a new token replaces
 /// whatever held its slot. No eviction order to keep and no allocation on a hit. One
 /// per process behind a `Mutex`; the critical section is a compare and a copy.
-final class VerifiedTokenCache: Sendable {
+public final class VerifiedTokenCache: Sendable {
     /// Slots; a power of two. About 650 bytes each when full (the token, its claims
     /// and the identity's strings), so 8192 slots hold at most ~5 MiB.
-    static let defaultCapacity = 8192
+    public static let defaultCapacity = 8192
 
     private struct Slot {
         var token: [UInt8]
@@ -43,7 +46,7 @@ final class VerifiedTokenCache: Sendable {
     private let mask: Int
 
     /// An empty cache of `capacity` slots (rounded up to a power of two).
-    init(capacity: Int = VerifiedTokenCache.defaultCapacity) {
+    public init(capacity: Int = VerifiedTokenCache.defaultCapacity) {
         precondition(capacity > 0, "a token cache needs at least one slot")
         var size = 1
         while size < capacity { size <<= 1 }
@@ -52,7 +55,7 @@ final class VerifiedTokenCache: Sendable {
     }
 
     /// What `token` verified to, if it is still held.
-    func lookup(_ token: Substring) -> VerifiedToken? {
+    public func lookup(_ token: Substring) -> VerifiedToken? {
         withBytes(of: token) { bytes in
             let index = slotIndex(bytes)
             return slots.withLock { slots -> VerifiedToken? in
@@ -63,7 +66,7 @@ final class VerifiedTokenCache: Sendable {
     }
 
     /// Remembers that `token` verified to `verified`, replacing its slot's token.
-    func insert(_ token: Substring, _ verified: VerifiedToken) {
+    public func insert(_ token: Substring, _ verified: VerifiedToken) {
         let bytes = Array(token.utf8)
         let index = bytes.withUnsafeBufferPointer { slotIndex($0) }
         slots.withLock { $0[index] = Slot(token: bytes, verified: verified) }

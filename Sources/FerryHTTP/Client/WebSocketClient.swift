@@ -1,11 +1,8 @@
-import CCrypto
 import Foundation
 
-/// The client's side of the RFC 6455 opening handshake.
-public enum WebSocketHandshake {
-    /// The GUID RFC 6455 appends to the key before hashing it.
-    static let acceptGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
+/// The client's side of the RFC 6455 opening handshake (the server's is
+/// ``WebSocketHandshake``, whose accept value both sides compute).
+public enum WebSocketClientHandshake {
     /// A fresh `Sec-WebSocket-Key`: 16 random bytes in base64.
     public static func makeKey() -> String {
         var generator = SystemRandomNumberGenerator()
@@ -18,21 +15,11 @@ public enum WebSocketHandshake {
             + "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer \(token)\r\n\r\n"
     }
 
-    /// The `Sec-WebSocket-Accept` a server must answer to `key`: base64(SHA-1(key + GUID)).
-    public static func expectedAccept(for key: String) -> String {
-        let input = Array((key + acceptGUID).utf8)
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        let status = EVP_Digest(input, input.count, &digest, &length, EVP_sha1(), nil)
-        precondition(status == 1 && length == 20, "SHA-1 is always available in libcrypto")
-        return Data(digest.prefix(Int(length))).base64EncodedString()
-    }
-
     /// Whether `head` completes the handshake started with `key`: `101`, the upgrade
     /// headers, and the accept value that proves the server read this key.
     public static func accepts(_ head: HTTPResponseHead, key: String) -> Bool {
         head.status == 101 && head.headers["upgrade"]?.lowercased() == "websocket"
-            && head.headers["sec-websocket-accept"] == expectedAccept(for: key)
+            && head.headers["sec-websocket-accept"] == WebSocketHandshake.acceptValue(key: key)
     }
 }
 
@@ -44,10 +31,10 @@ public enum WebSocketEvent: Equatable, Sendable {
     case binary([UInt8])
     /// A ping; the client answers with a pong carrying `payload`.
     case ping([UInt8])
-    /// A pong.
-    case pong
-    /// A close frame, with its code when it carried one.
-    case close(UInt16?)
+    /// A pong, with the payload of the ping it answers.
+    case pong([UInt8])
+    /// A close frame: its code when it carried one, and its reason.
+    case close(code: UInt16?, reason: String)
 }
 
 /// The WebSocket frame opcodes RFC 6455 defines.
@@ -72,9 +59,9 @@ public struct WebSocketProtocolError: Error, Equatable, CustomStringConvertible 
     public let description: String
 }
 
-/// Reads server frames from a byte stream: server frames are unmasked (RFC 6455 5.1),
-/// control frames may arrive between the fragments of a message.
-public struct WebSocketFrameDecoder {
+/// Reads what a WebSocket client receives from a byte stream: server frames are
+/// unmasked (RFC 6455 5.1), control frames may arrive between the fragments of a message.
+public struct WebSocketClientDecoder {
     /// Largest message accepted; Ferry's messages are a few hundred bytes.
     public var maximumMessageLength = 1 << 20
 
@@ -139,9 +126,12 @@ public struct WebSocketFrameDecoder {
             case WebSocketOpcode.ping:
                 return .ping(payload)
             case WebSocketOpcode.pong:
-                return .pong
+                return .pong(payload)
             case WebSocketOpcode.close:
-                return .close(payload.count >= 2 ? UInt16(payload[0]) << 8 | UInt16(payload[1]) : nil)
+                guard payload.count >= 2 else { return .close(code: nil, reason: "") }
+                return .close(
+                    code: UInt16(payload[0]) << 8 | UInt16(payload[1]),
+                    reason: String(decoding: payload[2...], as: UTF8.self))
             case WebSocketOpcode.text, WebSocketOpcode.binary:
                 guard fragmentedOpcode == nil else {
                     throw WebSocketProtocolError(description: "new message inside a fragmented one")
@@ -169,29 +159,40 @@ public struct WebSocketFrameDecoder {
     }
 }
 
-/// Builds client frames: always masked (RFC 6455 5.3), with a fresh random key.
+/// Builds client frames: masked (RFC 6455 5.3) with a fresh random key unless told
+/// otherwise (a test that breaks the RFC on purpose).
 public enum WebSocketClientFrame {
-    /// One final frame of `opcode` carrying `payload` (at most 65,535 bytes), masked with `mask`.
-    public static func make(opcode: UInt8, payload: [UInt8], mask: [UInt8] = randomMask()) -> [UInt8] {
-        precondition(mask.count == 4, "a masking key is four bytes")
-        precondition(payload.count <= 0xFFFF, "the client sends only small frames")
-        var frame: [UInt8] = [0x80 | opcode]
+    /// One frame of `opcode` carrying `payload`, final unless `final` is false, masked
+    /// with `mask` (four bytes), or unmasked when `mask` is nil.
+    public static func make(
+        opcode: UInt8, payload: [UInt8], final: Bool = true, mask: [UInt8]? = randomMask()
+    ) -> [UInt8] {
+        precondition(mask == nil || mask!.count == 4, "a masking key is four bytes")
+        let maskBit: UInt8 = mask == nil ? 0 : 0x80
+        var frame: [UInt8] = [(final ? 0x80 : 0) | opcode]
         if payload.count < 126 {
-            frame.append(0x80 | UInt8(payload.count))
+            frame.append(maskBit | UInt8(payload.count))
+        } else if payload.count <= 0xFFFF {
+            frame += [maskBit | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
         } else {
-            frame += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+            frame.append(maskBit | 127)
+            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
         }
+        guard let mask else { return frame + payload }
         frame += mask
         for (index, byte) in payload.enumerated() { frame.append(byte ^ mask[index & 3]) }
         return frame
     }
 
+    /// A text message in one frame.
+    public static func text(_ text: String) -> [UInt8] { make(opcode: WebSocketOpcode.text, payload: Array(text.utf8)) }
+
     /// The answer to a ping.
     public static func pong(_ payload: [UInt8]) -> [UInt8] { make(opcode: WebSocketOpcode.pong, payload: payload) }
 
-    /// A close frame with `code`.
-    public static func close(code: UInt16) -> [UInt8] {
-        make(opcode: WebSocketOpcode.close, payload: [UInt8(code >> 8), UInt8(code & 0xFF)])
+    /// A close frame with `code`, or with no code (an empty body) when it is nil.
+    public static func close(code: UInt16?) -> [UInt8] {
+        make(opcode: WebSocketOpcode.close, payload: code.map { [UInt8($0 >> 8), UInt8($0 & 0xFF)] } ?? [])
     }
 
     /// Four random bytes.

@@ -7,21 +7,21 @@ import Synchronization
 ///
 /// ``submit(_:)`` is safe from any thread and never blocks. Jobs run in order of
 /// submission, at most `threads` at a time. Threads live until ``close()``.
-final class BlockingWorkerPool: Sendable {
+public final class BlockingWorkerPool: Sendable {
     private struct State {
         var jobs: [@Sendable () -> Void] = []
         var isClosed = false
     }
 
     /// Jobs that may wait for a thread; a submission beyond this is refused.
-    let queueLimit: Int
+    public let queueLimit: Int
     private let state = Mutex(State())
     /// Counts queued jobs plus, after ``close()``, one wake-up per thread to exit.
     private let wakeups = DispatchSemaphore(value: 0)
     private let threadCount: Int
 
     /// Starts `threads` threads named `name-0`, `name-1`, ….
-    init(name: String, threads: Int, queueLimit: Int) {
+    public init(name: String, threads: Int, queueLimit: Int) {
         precondition(threads > 0 && queueLimit >= 0, "a worker pool needs a thread and a non-negative queue limit")
         self.queueLimit = queueLimit
         self.threadCount = threads
@@ -35,7 +35,7 @@ final class BlockingWorkerPool: Sendable {
 
     /// Queues `job` to run on a worker thread; false, at once, when `queueLimit`
     /// jobs are already waiting or the pool is closed.
-    func submit(_ job: @escaping @Sendable () -> Void) -> Bool {
+    public func submit(_ job: @escaping @Sendable () -> Void) -> Bool {
         let accepted = state.withLock { state -> Bool in
             guard !state.isClosed, state.jobs.count < queueLimit else { return false }
             state.jobs.append(job)
@@ -46,10 +46,10 @@ final class BlockingWorkerPool: Sendable {
     }
 
     /// Jobs waiting for a thread (not those running).
-    var queuedCount: Int { state.withLock { $0.jobs.count } }
+    public var queuedCount: Int { state.withLock { $0.jobs.count } }
 
     /// Refuses new jobs; the threads finish the queued ones, then exit. Does not wait.
-    func close() {
+    public func close() {
         let wasClosed = state.withLock { state in
             defer { state.isClosed = true }
             return state.isClosed

@@ -1,0 +1,20 @@
+import FerryPostgres
+import Foundation
+
+/// A database a command could not reach, said in one line.
+struct ConnectionFailure: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Connects for a command; a failure names where it tried (never the password).
+func connectToDatabase(_ url: String, applicationName: String) async throws -> PostgresClient {
+    let configuration = try PostgresConfiguration(url, applicationName: applicationName)
+    do {
+        return try await PostgresClient.connect(configuration)
+    } catch {
+        let parameters = configuration.parameters
+        let place = "\(parameters["host"] ?? "localhost"):\(parameters["port"] ?? "5432")/\(parameters["dbname"] ?? "")"
+        let message = error.message.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+        throw ConnectionFailure(description: "cannot connect to \(place): \(message.joined(separator: " "))")
+    }
+}

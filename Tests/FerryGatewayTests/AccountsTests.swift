@@ -1,0 +1,77 @@
+import FerryAuth
+import FerryCommandLine
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+/// ``Accounts``' token check and the Bearer parser in front of it: the verified-token
+/// cache remembers only tokens that verified, and what can change (times, revocation)
+/// is checked on every request anyway.
+@Suite struct AccountsTests {
+    static let secret = String(repeating: "cache-secret-", count: 3)
+
+    func claims(expiresIn seconds: Int = 3600) -> AccessTokenClaims {
+        let now = Int(Date().timeIntervalSince1970)
+        return AccessTokenClaims(
+            userID: UUID(), sessionID: UUID(), deviceID: "phone", isAnonymous: true, issuedAt: now - 10,
+            expiresAt: now + seconds)
+    }
+
+    func accounts() throws -> Accounts {
+        let values = try SettingValues(
+            GatewayConfiguration.settings,
+            arguments: ["--database-url", "postgresql://unused", "--jwt-secret", Self.secret], environment: [:])
+        return Accounts(
+            configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))
+    }
+
+    @Test func goodTokensAreRememberedAndForgedOnesAreNot() throws {
+        let accounts = try accounts()
+        let claims = claims()
+        let token = accounts.tokens.sign(claims)
+        #expect(accounts.verifiedTokens.lookup(Substring(token)) == nil)
+        #expect(try accounts.verifiedClaims(token: Substring(token)).get() == claims)
+        #expect(accounts.verifiedTokens.lookup(Substring(token))?.claims == claims)
+
+        let forged = AccessTokenSigner(secret: "someone else's secret").sign(claims)
+        #expect(throws: APIError.self) { try accounts.verifiedClaims(token: Substring(forged)).get() }
+        #expect(accounts.verifiedTokens.lookup(Substring(forged)) == nil)
+    }
+
+    @Test func aCachedTokenIsStillRefusedOnceExpiredOrRevoked() throws {
+        let accounts = try accounts()
+        // Planted as if verified an hour ago: the hit must still check the times.
+        let expired = claims(expiresIn: -3600)
+        let stale = "planted.expired.token"
+        accounts.verifiedTokens.insert(Substring(stale), VerifiedToken(claims: expired))
+        #expect(accounts.verifiedClaims(token: Substring(stale)).errorCode == "token_expired")
+
+        let live = claims()
+        let token = accounts.tokens.sign(live)
+        #expect(accounts.verifiedClaims(token: Substring(token)).errorCode == nil)
+        accounts.revoked.revoke(live.sessionID, until: live.expiresAt + 60)
+        #expect(accounts.verifiedTokens.lookup(Substring(token)) != nil)
+        #expect(accounts.verifiedClaims(token: Substring(token)).errorCode == "session_revoked")
+    }
+
+    @Test func bearerTokenParsing() {
+        #expect(Accounts.bearerToken(in: "Bearer abc") == "abc")
+        #expect(Accounts.bearerToken(in: "bearer abc") == "abc")
+        #expect(Accounts.bearerToken(in: "BEARER  abc.def") == "abc.def")
+        #expect(Accounts.bearerToken(in: "Bearer") == nil)
+        #expect(Accounts.bearerToken(in: "Bearer ") == nil)
+        #expect(Accounts.bearerToken(in: "Bearerabc") == nil)
+        #expect(Accounts.bearerToken(in: "Basic abc") == nil)
+        #expect(Accounts.bearerToken(in: "Bearxr abc") == nil)
+        #expect(Accounts.bearerToken(in: "") == nil)
+    }
+}
+
+extension Result where Failure == APIError {
+    /// The PROTOCOL.md code of a failure, nil on success.
+    fileprivate var errorCode: String? {
+        if case .failure(let error) = self { return error.code }
+        return nil
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+
+/// The repository these tests run from: its `sql/` and the binaries SwiftPM built.
+public enum TestRepository {
+    /// The repository's root directory.
+    public static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    /// The repository's `sql/` directory, for Ferry's own migrations and the examples'.
+    public static let sqlRoot = root + "/sql"
+
+    /// The `ferry` binary SwiftPM built next to the tests.
+    public static func ferryExecutable() throws -> URL {
+        for configuration in ["debug", "release"] {
+            let url = URL(fileURLWithPath: root).appendingPathComponent(".build/\(configuration)/ferry")
+            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+        }
+        throw MissingBinary()
+    }
+}
+
+/// The tests need the `ferry` executable; `swift build` (and `make test`) builds it.
+public struct MissingBinary: Error, CustomStringConvertible {
+    public var description: String { "no ferry binary under .build/: run `swift build` before the tests" }
+}
+
+/// What the `ferry` binary printed and how it ended.
+public struct FerryRun: Sendable {
+    /// The exit status (-1 when a signal ended it).
+    public var status: Int32
+    /// Standard output.
+    public var output: String
+    /// Standard error.
+    public var errors: String
+    /// Standard output's lines.
+    public var lines: [String] { output.split(separator: "\n").map(String.init) }
+}
+
+/// Runs the built `ferry` with `FERRY_DATABASE_URL` (none when nil) and `environment`;
+/// output goes to files (a pipe nobody drains could stall it), read once it exited.
+public func runFerry(_ arguments: [String], databaseURL: String?, environment: [String: String] = [:]) async throws
+    -> FerryRun
+{
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-run-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let outputFile = directory.appendingPathComponent("stdout")
+    let errorFile = directory.appendingPathComponent("stderr")
+    let child = try ChildProcess(
+        try TestRepository.ferryExecutable().path, arguments,
+        environment: ["PATH": "/usr/bin:/bin"].merging(databaseURL.map { ["FERRY_DATABASE_URL": $0] } ?? [:]) { a, _ in
+            a
+        }
+        .merging(environment) { _, given in given }, output: outputFile.path,
+        errors: errorFile.path)
+    let ending = try await offload { child.wait() }
+    return FerryRun(
+        status: ending.exitStatus ?? -1,
+        output: try String(contentsOf: outputFile, encoding: .utf8),
+        errors: try String(contentsOf: errorFile, encoding: .utf8))
+}
+
+/// Runs blocking work (sockets, child processes) off Swift's cooperative threads, which
+/// parallel tests share: a test blocked in `recv` must not stall the others.
+public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+    }
+}
