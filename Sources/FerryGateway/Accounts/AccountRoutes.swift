@@ -1,242 +1,8 @@
 import FerryAuth
 import FerryHTTP
-import FerryJSON
 import FerryLoop
 import FerryPostgres
 import Foundation
-
-/// What every loop's account handlers share: token signing, password hashing, rate
-/// limits and the revoked-session cache. Safe from any thread.
-final class Accounts: Sendable {
-    let tokens: AccessTokenSigner
-    let passwords: PasswordHasher
-    let revoked: RevokedSessions
-    let verifiedTokens = VerifiedTokenCache()
-    let anonymousSignUps: RateLimiter
-    let failedSignInsByEmail: RateLimiter
-    let failedSignInsByAddress: RateLimiter
-    let logger: Logger
-
-    init(configuration: GatewayConfiguration, logger: Logger) {
-        tokens = AccessTokenSigner(
-            secret: configuration.jwtSecret, previousSecret: configuration.jwtPreviousSecret,
-            lifetimeSeconds: configuration.accessTokenSeconds, leewaySeconds: configuration.tokenLeewaySeconds)
-        passwords = PasswordHasher()
-        revoked = RevokedSessions()
-        anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
-        failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
-        failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
-        self.logger = logger
-    }
-
-    /// How long a revoked session must stay in the cache: until every access token
-    /// issued for it has expired.
-    var revocationHorizonSeconds: Int { tokens.lifetimeSeconds + tokens.leewaySeconds }
-
-    // MARK: - Authentication
-
-    /// The caller of `request`, from its bearer token (or `?access_token=` when
-    /// `allowQueryToken`, for streams). Costs no database round trip: signature, times
-    /// and the revoked-session cache decide.
-    func authenticate(
-        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
-    ) -> Result<Identity, APIError> {
-        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.identity)
-    }
-
-    /// The verified claims of `request`'s access token (see ``authenticate(_:allowQueryToken:checkRevocation:)``).
-    func verifiedClaims(
-        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
-    ) -> Result<AccessTokenClaims, APIError> {
-        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.claims)
-    }
-
-    /// The claims of an access token if its signature and times are good and its
-    /// session is not revoked (when `checkRevocation`).
-    func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, APIError> {
-        verifiedToken(token: token, checkRevocation: checkRevocation).map(\.claims)
-    }
-
-    private func verifiedToken(
-        _ request: HTTPRequest, allowQueryToken: Bool, checkRevocation: Bool
-    ) -> Result<VerifiedToken, APIError> {
-        var token: Substring?
-        if let header = request.headers["Authorization"] {
-            guard let bearer = Self.bearerToken(in: header) else {
-                return .failure(.unauthorized("the Authorization header must be: Bearer <access_token>"))
-            }
-            token = bearer
-        } else if allowQueryToken {
-            do {
-                token = try request.queryParameter("access_token").map { Substring($0) }
-            } catch {
-                return .failure(.invalidRequest("query parameter \(error)"))
-            }
-        }
-        guard let token else { return .failure(.unauthorized("an access token is required")) }
-        return verifiedToken(token: token, checkRevocation: checkRevocation)
-    }
-
-    /// A token seen recently is found in ``verifiedTokens`` and only its times are
-    /// checked again; any other is verified in full and remembered if good.
-    private func verifiedToken(token: Substring, checkRevocation: Bool) -> Result<VerifiedToken, APIError> {
-        let now = Int(Date().timeIntervalSince1970)
-        let checked: Result<VerifiedToken, AccessTokenError>
-        if let cached = verifiedTokens.lookup(token) {
-            checked = tokens.checkTimes(of: cached.claims, now: now).map { .failure($0) } ?? .success(cached)
-        } else {
-            checked = tokens.verify(token, now: now).map(VerifiedToken.init(claims:))
-            if case .success(let verified) = checked { verifiedTokens.insert(token, verified) }
-        }
-        switch checked {
-        case .failure(.expired):
-            return .failure(APIError(status: 401, code: "token_expired", message: "the access token has expired"))
-        case .failure:
-            return .failure(.unauthorized("the access token is not valid"))
-        case .success(let verified):
-            if checkRevocation && revoked.isRevoked(verified.claims.sessionID) {
-                return .failure(Self.sessionRevoked)
-            }
-            return .success(verified)
-        }
-    }
-
-    /// The token of an `Authorization` value `Bearer <token>`: the scheme in any case
-    /// (RFC 9110 §11.1), then one or more spaces. Nil for any other shape.
-    static func bearerToken(in header: String) -> Substring? {
-        let utf8 = header.utf8
-        var index = utf8.startIndex
-        for expected in "bearer".utf8 {
-            // `| 0x20` lowercases ASCII letters; only `B` and `b` become `b`, and so on.
-            guard index < utf8.endIndex, utf8[index] | 0x20 == expected else { return nil }
-            index = utf8.index(after: index)
-        }
-        guard index < utf8.endIndex, utf8[index] == UInt8(ascii: " ") else { return nil }
-        while index < utf8.endIndex, utf8[index] == UInt8(ascii: " ") { index = utf8.index(after: index) }
-        guard index < utf8.endIndex else { return nil }
-        return header[index...]
-    }
-
-    static let sessionRevoked = APIError(status: 401, code: "session_revoked", message: "the session was revoked")
-
-    /// Logs a failed database call and returns what the client is told.
-    func databaseFailure(_ error: PostgresError) -> APIError {
-        let answer = APIError.database(error)
-        // A refusal of the client's own data is the client's to fix; the rest is ours.
-        logger.log(answer.status.code >= 500 ? .error : .warning, "database error", ["error": error.description])
-        return answer
-    }
-
-    /// A session body for a user's new tokens.
-    func session(userID: UUID, sessionID: UUID, deviceID: String, isAnonymous: Bool, refreshToken: String)
-        -> SessionBody
-    {
-        let claims = tokens.claims(
-            userID: userID, sessionID: sessionID, deviceID: deviceID, isAnonymous: isAnonymous)
-        return SessionBody(
-            accessToken: tokens.sign(claims), refreshToken: refreshToken, expiresIn: tokens.lifetimeSeconds)
-    }
-
-    /// Forgets sessions revoked by any gateway: called with each `ferry_revoked`
-    /// notification's payload. Returns the revocation, for closing the session's streams.
-    @discardableResult
-    func noteRevocation(payload: String) -> Revocation? {
-        guard let data = payload.data(using: .utf8),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let text = object["session"] as? String, let session = UUID(uuidString: text)
-        else {
-            logger.log(.warning, "unreadable revocation notification", ["payload": payload])
-            return nil
-        }
-        revoked.revoke(session, until: Int(Date().timeIntervalSince1970) + revocationHorizonSeconds)
-        return Revocation(
-            sessionID: session, userID: (object["user"] as? String).flatMap(UUID.init(uuidString:)),
-            reason: object["reason"] as? String ?? "")
-    }
-}
-
-/// A session revoked by sign-out, token reuse or account deletion (`ferry_revoked`).
-struct Revocation: Sendable {
-    var sessionID: UUID
-    var userID: UUID?
-    /// `signed_out`, `token_reused` or `account_deleted` (0002's `announce_revocation` callers).
-    var reason: String
-}
-
-// MARK: - Bodies
-
-/// `{"id", "is_anonymous", "email"}`.
-struct UserBody: Encodable {
-    var id: String
-    var email: String?
-    var isAnonymous: Bool { email == nil }
-
-    enum CodingKeys: String, CodingKey {
-        case id
-        case isAnonymous = "is_anonymous"
-        case email
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(isAnonymous, forKey: .isAnonymous)
-        // Present as null for anonymous users, never left out.
-        try container.encode(email, forKey: .email)
-    }
-}
-
-/// `{"access_token", "refresh_token", "token_type": "bearer", "expires_in"}`.
-struct SessionBody: Encodable {
-    var accessToken: String
-    var refreshToken: String
-    var tokenType = "bearer"
-    var expiresIn: Int
-
-    enum CodingKeys: String, CodingKey {
-        case accessToken = "access_token"
-        case refreshToken = "refresh_token"
-        case tokenType = "token_type"
-        case expiresIn = "expires_in"
-    }
-}
-
-private struct UserAndSession: Encodable {
-    var user: UserBody
-    var session: SessionBody
-}
-
-private struct SignInAnswer: Encodable {
-    var user: UserBody
-    var session: SessionBody
-    var reset: Bool
-}
-
-/// `{"user": {…}}`, written by hand: `GET /v1/auth/user` is the cheapest authenticated
-/// request, and `JSONEncoder` cost about 14 % of the gateway's CPU time on it (perf,
-/// bench/auth.sh). The same fields as ``UserBody``'s `Encodable` form, in its order
-/// (`JSONEncoder` on Linux does not keep any).
-private struct UserOnly {
-    var user: UserBody
-
-    var response: HTTPResponse {
-        var body: [UInt8] = []
-        body.reserveCapacity(96 + (user.email?.utf8.count ?? 0))
-        body.append(contentsOf: #"{"user":{"id":"#.utf8)
-        JSONString.append(user.id, to: &body)
-        body.append(contentsOf: (user.isAnonymous ? #","is_anonymous":true"# : #","is_anonymous":false"#).utf8)
-        body.append(contentsOf: #","email":"#.utf8)
-        if let email = user.email {
-            JSONString.append(email, to: &body)
-        } else {
-            body.append(contentsOf: "null".utf8)
-        }
-        body.append(contentsOf: "}}".utf8)
-        return .json(bytes: body)
-    }
-}
-
-// MARK: - Routes
 
 /// PROTOCOL.md's Accounts section: anonymous sign-up, who am I, refresh, link,
 /// sign-in with the first-sign-in choice, sign-out and account deletion.
@@ -296,7 +62,7 @@ struct AccountRoutes {
                 let user = rows[0, 0].flatMap(UUID.init(uuidString:)),
                 let session = rows[0, 1].flatMap(UUID.init(uuidString:))
             else {
-                return responder.respond(failure(result, accounts).response)
+                return responder.respond(failure(result, worker).response)
             }
             let answer = UserAndSession(
                 user: UserBody(id: user.lowercasedString, email: nil),
@@ -316,7 +82,7 @@ struct AccountRoutes {
             "select user_id, email from ferry.current_account()", preparedName: "ferry_current_account")
         worker.run(as: identity, [statement], answering: responder) { result in
             guard case .success(let results) = result else {
-                return responder.respond(failure(result, accounts).response)
+                return responder.respond(failure(result, worker).response)
             }
             guard results[0].count == 1, let id = results[0][0, 0] else {
                 return responder.respond(Accounts.sessionRevoked.response)
@@ -343,7 +109,7 @@ struct AccountRoutes {
             preparedName: "ferry_refresh_session")
         worker.pool.query(statement) { result in
             guard case .success(let rows) = result, rows.count == 1 else {
-                return responder.respond(failure(result, accounts).response)
+                return responder.respond(failure(result, worker).response)
             }
             switch rows[0, 0] {
             case "ok":
@@ -360,10 +126,7 @@ struct AccountRoutes {
                                 refreshToken: newToken))))
             case "reused":
                 // The database revoked the session; this gateway forgets it at once too.
-                if let session = rows[0, 2].flatMap(UUID.init(uuidString:)) {
-                    accounts.revoked.revoke(
-                        session, until: Int(Date().timeIntervalSince1970) + accounts.revocationHorizonSeconds)
-                }
+                if let session = rows[0, 2].flatMap(UUID.init(uuidString:)) { accounts.refuseSession(session) }
                 responder.respond(
                     APIError(
                         status: 401, code: "refresh_token_reused",
@@ -409,7 +172,7 @@ struct AccountRoutes {
                 "select ferry.link_email($1, $2)", [email, hash], preparedName: "ferry_link_email")
             loopWorker.value.run(as: identity, [statement], answering: responder) { result in
                 guard case .success(let results) = result else {
-                    return responder.respond(failure(result, accounts).response)
+                    return responder.respond(failure(result, loopWorker.value).response)
                 }
                 switch results[0][0, 0] {
                 case "ok":
@@ -482,7 +245,7 @@ struct AccountRoutes {
         }
         worker.pool.query(lookup) { result in
             guard case .success(let rows) = result else {
-                return responder.respond(failure(result, accounts).response)
+                return responder.respond(failure(result, worker).response)
             }
             guard rows.count == 1, let user = rows[0, 0], let hash = rows[0, 1] else {
                 // Same work as a real check, so a missing account answers no faster.
@@ -506,7 +269,7 @@ struct AccountRoutes {
                     preparedName: "ferry_sign_in")
                 loopWorker.value.pool.query(signIn) { result in
                     guard case .success(let rows) = result, rows.count == 1 else {
-                        return responder.respond(failure(result, accounts).response)
+                        return responder.respond(failure(result, loopWorker.value).response)
                     }
                     if rows[0, 0] == "resolution_required" {
                         return responder.respond(
@@ -543,12 +306,9 @@ struct AccountRoutes {
         guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement("select ferry.sign_out()", preparedName: "ferry_sign_out")
         worker.run(as: identity, [statement], answering: responder) { result in
-            guard case .success = result else { return responder.respond(failure(result, accounts).response) }
+            guard case .success = result else { return responder.respond(failure(result, worker).response) }
             // This gateway stops honouring the session now; others on the notification.
-            if let session = UUID(uuidString: identity.sessionID) {
-                accounts.revoked.revoke(
-                    session, until: Int(Date().timeIntervalSince1970) + accounts.revocationHorizonSeconds)
-            }
+            if let session = UUID(uuidString: identity.sessionID) { accounts.refuseSession(session) }
             responder.respond(HTTPResponse(status: .noContent))
         }
     }
@@ -582,7 +342,7 @@ struct AccountRoutes {
         let statement = PostgresStatement("select ferry.delete_account()", preparedName: "ferry_delete_account")
         worker.run(as: identity, [statement], answering: responder) { result in
             guard case .success(let results) = result else {
-                return responder.respond(failure(result, accounts).response)
+                return responder.respond(failure(result, worker).response)
             }
             guard results[0][0, 0] == "ok" else { return responder.respond(Accounts.sessionRevoked.response) }
             responder.respond(HTTPResponse(status: .noContent))
@@ -613,11 +373,11 @@ struct AccountRoutes {
     }
 
     /// The error for a failed database call (logged), or for an answer of the wrong shape.
-    private static func failure<T>(_ result: Result<T, PostgresError>, _ accounts: Accounts) -> APIError {
+    private static func failure<T>(_ result: Result<T, PostgresError>, _ worker: Worker) -> APIError {
         guard case .failure(let error) = result else {
-            accounts.logger.log(.error, "unexpected answer from the database")
+            worker.logger.log(.error, "unexpected answer from the database")
             return .unexpected
         }
-        return accounts.databaseFailure(error)
+        return worker.databaseFailure(error)
     }
 }

@@ -11,6 +11,8 @@ final class Worker: HTTPObserver {
     let pool: PostgresPool
     /// The process's count of requests in flight per device and user (shared by every loop).
     let requests: RequestsInFlight
+    /// The process's log.
+    let logger: Logger
     let metrics = LoopMetrics()
     let log: LogBuffer
     let hub: CueHub
@@ -23,6 +25,7 @@ final class Worker: HTTPObserver {
         self.loop = loop
         self.pool = pool
         self.requests = requests
+        self.logger = logger
         self.log = LogBuffer(logger: logger, loop: loop)
         hub = CueHub(loop: loop, settings: streams, accounts: accounts, quota: quota, metrics: metrics)
     }

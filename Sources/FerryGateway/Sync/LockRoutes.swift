@@ -65,7 +65,7 @@ struct LockRoutes {
             case .success(let results):
                 responder.respond(response(results[0].bytes(0, 0)))
             case .failure(let error):
-                responder.respond(accounts.databaseFailure(error).response)
+                responder.respond(worker.databaseFailure(error).response)
             }
         }
     }

@@ -46,7 +46,7 @@ struct SyncRoutes {
                     // ferry.push's own refusals of a malformed batch: their messages are for clients.
                     responder.respond(APIError.invalidRequest(error.message).response)
                 case .failure(let error):
-                    responder.respond(accounts.databaseFailure(error).response)
+                    responder.respond(worker.databaseFailure(error).response)
                 }
             }
         }
@@ -103,7 +103,7 @@ struct SyncRoutes {
                     // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
                     responder.respond(APIError.invalidCursor.response)
                 case .failure(let error):
-                    responder.respond(accounts.databaseFailure(error).response)
+                    responder.respond(worker.databaseFailure(error).response)
                 }
             }
         }
@@ -118,7 +118,7 @@ struct SyncRoutes {
                     }
                     responder.respond(.json(bytes: answer))
                 case .failure(let error):
-                    responder.respond(accounts.databaseFailure(error).response)
+                    responder.respond(worker.databaseFailure(error).response)
                 }
             }
         }

@@ -1,0 +1,131 @@
+import FerryAuth
+import FerryHTTP
+import Foundation
+
+/// The process's account service: token signing and checking (with the verified-token
+/// and revoked-session caches), password hashing and the rate limits of sign-ups and
+/// sign-ins. One per process, shared by every loop: the account routes use all of it,
+/// and every other route and stream asks it who is asking (``authenticate(_:allowQueryToken:checkRevocation:)``).
+/// Safe from any thread.
+final class Accounts: Sendable {
+    let tokens: AccessTokenSigner
+    let passwords: PasswordHasher
+    let revoked: RevokedSessions
+    let verifiedTokens = VerifiedTokenCache()
+    let anonymousSignUps: RateLimiter
+    let failedSignInsByEmail: RateLimiter
+    let failedSignInsByAddress: RateLimiter
+    let logger: Logger
+
+    init(configuration: GatewayConfiguration, logger: Logger) {
+        tokens = AccessTokenSigner(
+            secret: configuration.jwtSecret, previousSecret: configuration.jwtPreviousSecret,
+            lifetimeSeconds: configuration.accessTokenSeconds, leewaySeconds: configuration.tokenLeewaySeconds)
+        passwords = PasswordHasher()
+        revoked = RevokedSessions()
+        anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
+        failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        self.logger = logger
+    }
+
+    /// How long a revoked session must stay in the cache: until every access token
+    /// issued for it has expired.
+    var revocationHorizonSeconds: Int { tokens.lifetimeSeconds + tokens.leewaySeconds }
+
+    // MARK: - Authentication
+
+    /// The caller of `request`, from its bearer token (or `?access_token=` when
+    /// `allowQueryToken`, for streams). Costs no database round trip: signature, times
+    /// and the revoked-session cache decide.
+    func authenticate(
+        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
+    ) -> Result<Identity, APIError> {
+        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.identity)
+    }
+
+    /// The verified claims of `request`'s access token (see ``authenticate(_:allowQueryToken:checkRevocation:)``).
+    func verifiedClaims(
+        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
+    ) -> Result<AccessTokenClaims, APIError> {
+        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.claims)
+    }
+
+    /// The claims of an access token if its signature and times are good and its
+    /// session is not revoked (when `checkRevocation`).
+    func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, APIError> {
+        verifiedToken(token: token, checkRevocation: checkRevocation).map(\.claims)
+    }
+
+    private func verifiedToken(
+        _ request: HTTPRequest, allowQueryToken: Bool, checkRevocation: Bool
+    ) -> Result<VerifiedToken, APIError> {
+        var token: Substring?
+        if let header = request.headers["Authorization"] {
+            guard let bearer = Self.bearerToken(in: header) else {
+                return .failure(.unauthorized("the Authorization header must be: Bearer <access_token>"))
+            }
+            token = bearer
+        } else if allowQueryToken {
+            do {
+                token = try request.queryParameter("access_token").map { Substring($0) }
+            } catch {
+                return .failure(.invalidRequest("query parameter \(error)"))
+            }
+        }
+        guard let token else { return .failure(.unauthorized("an access token is required")) }
+        return verifiedToken(token: token, checkRevocation: checkRevocation)
+    }
+
+    /// A token seen recently is found in ``verifiedTokens`` and only its times are
+    /// checked again; any other is verified in full and remembered if good.
+    private func verifiedToken(token: Substring, checkRevocation: Bool) -> Result<VerifiedToken, APIError> {
+        let now = Int(Date().timeIntervalSince1970)
+        let checked: Result<VerifiedToken, AccessTokenError>
+        if let cached = verifiedTokens.lookup(token) {
+            checked = tokens.checkTimes(of: cached.claims, now: now).map { .failure($0) } ?? .success(cached)
+        } else {
+            checked = tokens.verify(token, now: now).map(VerifiedToken.init(claims:))
+            if case .success(let verified) = checked { verifiedTokens.insert(token, verified) }
+        }
+        switch checked {
+        case .failure(.expired):
+            return .failure(APIError(status: 401, code: "token_expired", message: "the access token has expired"))
+        case .failure:
+            return .failure(.unauthorized("the access token is not valid"))
+        case .success(let verified):
+            if checkRevocation && revoked.isRevoked(verified.claims.sessionID) {
+                return .failure(Self.sessionRevoked)
+            }
+            return .success(verified)
+        }
+    }
+
+    /// The token of an `Authorization` value `Bearer <token>`: the scheme in any case
+    /// (RFC 9110 §11.1), then one or more spaces. Nil for any other shape.
+    static func bearerToken(in header: String) -> Substring? {
+        let utf8 = header.utf8
+        var index = utf8.startIndex
+        for expected in "bearer".utf8 {
+            // `| 0x20` lowercases ASCII letters; only `B` and `b` become `b`, and so on.
+            guard index < utf8.endIndex, utf8[index] | 0x20 == expected else { return nil }
+            index = utf8.index(after: index)
+        }
+        guard index < utf8.endIndex, utf8[index] == UInt8(ascii: " ") else { return nil }
+        while index < utf8.endIndex, utf8[index] == UInt8(ascii: " ") { index = utf8.index(after: index) }
+        guard index < utf8.endIndex else { return nil }
+        return header[index...]
+    }
+
+    static let sessionRevoked = APIError(status: 401, code: "session_revoked", message: "the session was revoked")
+
+    /// A session body for a user's new tokens.
+    func session(userID: UUID, sessionID: UUID, deviceID: String, isAnonymous: Bool, refreshToken: String)
+        -> SessionBody
+    {
+        let claims = tokens.claims(
+            userID: userID, sessionID: sessionID, deviceID: deviceID, isAnonymous: isAnonymous)
+        return SessionBody(
+            accessToken: tokens.sign(claims), refreshToken: refreshToken, expiresIn: tokens.lifetimeSeconds)
+    }
+}

@@ -1,0 +1,60 @@
+import FerryAuth
+import FerryPostgres
+import Foundation
+
+/// A session revoked by sign-out, token reuse or account deletion (`ferry_revoked`).
+struct Revocation: Sendable {
+    var sessionID: UUID
+    var userID: UUID?
+    /// `signed_out`, `token_reused` or `account_deleted` (0002's `announce_revocation` callers).
+    var reason: String
+}
+
+extension Accounts {
+    /// Refuses `sessionID`'s tokens in this process from now on, for as long as any of
+    /// them could still be accepted (sign-out and a reused refresh token, at once; other
+    /// gateways learn of it by ``noteRevocation(payload:)``).
+    func refuseSession(_ sessionID: UUID) {
+        revoked.revoke(sessionID, until: Int(Date().timeIntervalSince1970) + revocationHorizonSeconds)
+    }
+
+    /// Forgets sessions revoked by any gateway: called with each `ferry_revoked`
+    /// notification's payload. Returns the revocation, for closing the session's streams.
+    @discardableResult
+    func noteRevocation(payload: String) -> Revocation? {
+        guard let data = payload.data(using: .utf8),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let text = object["session"] as? String, let session = UUID(uuidString: text)
+        else {
+            logger.log(.warning, "unreadable revocation notification", ["payload": payload])
+            return nil
+        }
+        refuseSession(session)
+        return Revocation(
+            sessionID: session, userID: (object["user"] as? String).flatMap(UUID.init(uuidString:)),
+            reason: object["reason"] as? String ?? "")
+    }
+
+    /// Replaces the revoked-session cache with every revocation young enough to matter:
+    /// what was announced while nobody listened (the listener reconnected) is not lost.
+    func reloadRevocations(on pool: PostgresPool) {
+        let statement = PostgresStatement(
+            """
+            select session_id, extract(epoch from revoked_at)::bigint
+            from ferry.recent_revocations(now() - make_interval(secs => $1))
+            """, [String(revocationHorizonSeconds)], preparedName: "ferry_recent_revocations")
+        pool.query(statement) { [self] result in
+            switch result {
+            case .success(let rows):
+                revoked.replaceAll(
+                    with: rows.rows.compactMap { row in
+                        guard let id = row[0].flatMap(UUID.init(uuidString:)), let at = row[1].flatMap(Int.init)
+                        else { return nil }
+                        return (sessionID: id, until: at + revocationHorizonSeconds)
+                    })
+            case .failure(let error):
+                logger.log(.warning, "could not reload revoked sessions", ["error": error.description])
+            }
+        }
+    }
+}
