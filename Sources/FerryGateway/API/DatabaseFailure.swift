@@ -23,7 +23,7 @@ extension APIError {
     }
 }
 
-extension Worker {
+extension LoopContext {
     /// Logs a failed database call and returns what the client is told
     /// (``APIError/database(_:)``).
     func databaseFailure(_ error: PostgresError) -> APIError {

@@ -9,29 +9,29 @@ import Foundation
 struct AccountRoutes {
     let accounts: Accounts
 
-    /// Adds the routes for one loop; handlers use that loop's `worker`.
-    func register(in router: inout Router, worker: Worker) {
+    /// Adds the routes for one loop; handlers use that loop's `context`.
+    func register(in router: inout Router, context: LoopContext) {
         let accounts = self.accounts
         router.post("/v1/auth/anonymous") { request, responder in
-            Self.signUpAnonymous(request, responder, worker, accounts)
+            Self.signUpAnonymous(request, responder, context, accounts)
         }
         router.get("/v1/auth/user") { request, responder in
-            Self.currentUser(request, responder, worker, accounts)
+            Self.currentUser(request, responder, context, accounts)
         }
         router.post("/v1/auth/refresh") { request, responder in
-            Self.refresh(request, responder, worker, accounts)
+            Self.refresh(request, responder, context, accounts)
         }
         router.post("/v1/auth/link") { request, responder in
-            Self.link(request, responder, worker, accounts)
+            Self.link(request, responder, context, accounts)
         }
         router.post("/v1/auth/signin") { request, responder in
-            Self.signIn(request, responder, worker, accounts)
+            Self.signIn(request, responder, context, accounts)
         }
         router.post("/v1/auth/signout") { request, responder in
-            Self.signOut(request, responder, worker, accounts)
+            Self.signOut(request, responder, context, accounts)
         }
         router.delete("/v1/account") { request, responder in
-            Self.deleteAccount(request, responder, worker, accounts)
+            Self.deleteAccount(request, responder, context, accounts)
         }
     }
 
@@ -43,7 +43,7 @@ struct AccountRoutes {
     }
 
     private static func signUpAnonymous(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         if case .denied(let retryAfter) = accounts.anonymousSignUps.admit(clientKey(request)) {
             let limit = "too many anonymous sign-ups from this address (\(accounts.anonymousSignUps.limit) per hour)"
@@ -57,12 +57,12 @@ struct AccountRoutes {
         let statement = PostgresStatement(
             "select user_id, session_id from ferry.sign_up_anonymous($1, $2)",
             [device, RefreshToken.hash(refreshToken)], preparedName: "ferry_sign_up_anonymous")
-        worker.pool.query(statement) { result in
+        context.pool.query(statement) { result in
             guard case .success(let rows) = result, rows.count == 1,
                 let user = rows[0, 0].flatMap(UUID.init(uuidString:)),
                 let session = rows[0, 1].flatMap(UUID.init(uuidString:))
             else {
-                return responder.respond(failure(result, worker).response)
+                return responder.respond(failure(result, context).response)
             }
             let answer = UserAndSession(
                 user: UserBody(id: user.lowercasedString, email: nil),
@@ -75,14 +75,14 @@ struct AccountRoutes {
     // MARK: Who am I
 
     private static func currentUser(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement(
             "select user_id, email from ferry.current_account()", preparedName: "ferry_current_account")
-        worker.run(as: identity, [statement], answering: responder) { result in
+        context.run(as: identity, [statement], answering: responder) { result in
             guard case .success(let results) = result else {
-                return responder.respond(failure(result, worker).response)
+                return responder.respond(failure(result, context).response)
             }
             guard results[0].count == 1, let id = results[0][0, 0] else {
                 return responder.respond(Accounts.sessionRevoked.response)
@@ -99,7 +99,7 @@ struct AccountRoutes {
     }
 
     private static func refresh(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let body = responder.success(of: RequestBody.decode(RefreshRequest.self, from: request)) else { return }
         let newToken = RefreshToken.generate()
@@ -107,9 +107,9 @@ struct AccountRoutes {
             "select status, user_id, session_id, device_id, email from ferry.refresh_session($1, $2)",
             [RefreshToken.hash(body.refreshToken), RefreshToken.hash(newToken)],
             preparedName: "ferry_refresh_session")
-        worker.pool.query(statement) { result in
+        context.pool.query(statement) { result in
             guard case .success(let rows) = result, rows.count == 1 else {
-                return responder.respond(failure(result, worker).response)
+                return responder.respond(failure(result, context).response)
             }
             switch rows[0, 0] {
             case "ok":
@@ -148,7 +148,7 @@ struct AccountRoutes {
     }
 
     private static func link(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         guard let body = responder.success(of: RequestBody.decode(Credentials.self, from: request)) else { return }
@@ -162,7 +162,7 @@ struct AccountRoutes {
             return responder.respond(weakPassword.response)
         }
         let answer = LoopBound(responder, loop: responder.loop)
-        let loopWorker = LoopBound(worker, loop: responder.loop)
+        let loopContext = LoopBound(context, loop: responder.loop)
         accounts.passwords.hash(body.password, on: responder.loop) { hashed in
             let responder = answer.value
             guard case .success(let hash) = hashed else {
@@ -170,9 +170,9 @@ struct AccountRoutes {
             }
             let statement = PostgresStatement(
                 "select ferry.link_email($1, $2)", [email, hash], preparedName: "ferry_link_email")
-            loopWorker.value.run(as: identity, [statement], answering: responder) { result in
+            loopContext.value.run(as: identity, [statement], answering: responder) { result in
                 guard case .success(let results) = result else {
-                    return responder.respond(failure(result, loopWorker.value).response)
+                    return responder.respond(failure(result, loopContext.value).response)
                 }
                 switch results[0][0, 0] {
                 case "ok":
@@ -203,7 +203,7 @@ struct AccountRoutes {
     }
 
     private static func signIn(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let body = responder.success(of: RequestBody.decode(SignInRequest.self, from: request)) else { return }
         guard let device = deviceID(body.deviceID) else {
@@ -236,16 +236,16 @@ struct AccountRoutes {
             "select user_id, password_hash from ferry.find_credentials($1)", [email],
             preparedName: "ferry_find_credentials")
         let answer = LoopBound(responder, loop: responder.loop)
-        let loopWorker = LoopBound(worker, loop: responder.loop)
+        let loopContext = LoopBound(context, loop: responder.loop)
         let rejected: @Sendable () -> Void = {
             _ = accounts.failedSignInsByEmail.admit(email)
             _ = accounts.failedSignInsByAddress.admit(address)
             answer.value.respond(
                 APIError(status: 401, code: "invalid_credentials", message: "wrong email or password").response)
         }
-        worker.pool.query(lookup) { result in
+        context.pool.query(lookup) { result in
             guard case .success(let rows) = result else {
-                return responder.respond(failure(result, worker).response)
+                return responder.respond(failure(result, context).response)
             }
             guard rows.count == 1, let user = rows[0, 0], let hash = rows[0, 1] else {
                 // Same work as a real check, so a missing account answers no faster.
@@ -267,9 +267,9 @@ struct AccountRoutes {
                     """,
                     [user, device, RefreshToken.hash(refreshToken), anonymousUser, body.resolve],
                     preparedName: "ferry_sign_in")
-                loopWorker.value.pool.query(signIn) { result in
+                loopContext.value.pool.query(signIn) { result in
                     guard case .success(let rows) = result, rows.count == 1 else {
-                        return responder.respond(failure(result, loopWorker.value).response)
+                        return responder.respond(failure(result, loopContext.value).response)
                     }
                     if rows[0, 0] == "resolution_required" {
                         return responder.respond(
@@ -301,12 +301,12 @@ struct AccountRoutes {
     // MARK: Sign out and delete
 
     private static func signOut(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
         let statement = PostgresStatement("select ferry.sign_out()", preparedName: "ferry_sign_out")
-        worker.run(as: identity, [statement], answering: responder) { result in
-            guard case .success = result else { return responder.respond(failure(result, worker).response) }
+        context.run(as: identity, [statement], answering: responder) { result in
+            guard case .success = result else { return responder.respond(failure(result, context).response) }
             // This gateway stops honouring the session now; others on the notification.
             if let session = UUID(uuidString: identity.sessionID) { accounts.refuseSession(session) }
             responder.respond(HTTPResponse(status: .noContent))
@@ -318,7 +318,7 @@ struct AccountRoutes {
     }
 
     private static func deleteAccount(
-        _ request: HTTPRequest, _ responder: HTTPResponder, _ worker: Worker, _ accounts: Accounts
+        _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         // A retry after a lost answer carries a token whose session the deletion revoked:
         // the database, not the cache, decides (a deleted user answers 204 again).
@@ -340,9 +340,9 @@ struct AccountRoutes {
                 ).response)
         }
         let statement = PostgresStatement("select ferry.delete_account()", preparedName: "ferry_delete_account")
-        worker.run(as: identity, [statement], answering: responder) { result in
+        context.run(as: identity, [statement], answering: responder) { result in
             guard case .success(let results) = result else {
-                return responder.respond(failure(result, worker).response)
+                return responder.respond(failure(result, context).response)
             }
             guard results[0][0, 0] == "ok" else { return responder.respond(Accounts.sessionRevoked.response) }
             responder.respond(HTTPResponse(status: .noContent))
@@ -373,11 +373,11 @@ struct AccountRoutes {
     }
 
     /// The error for a failed database call (logged), or for an answer of the wrong shape.
-    private static func failure<T>(_ result: Result<T, PostgresError>, _ worker: Worker) -> APIError {
+    private static func failure<T>(_ result: Result<T, PostgresError>, _ context: LoopContext) -> APIError {
         guard case .failure(let error) = result else {
-            worker.logger.log(.error, "unexpected answer from the database")
+            context.logger.log(.error, "unexpected answer from the database")
             return .unexpected
         }
-        return worker.databaseFailure(error)
+        return context.databaseFailure(error)
     }
 }

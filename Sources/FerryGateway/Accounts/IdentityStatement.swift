@@ -19,7 +19,7 @@ extension Identity {
     }
 }
 
-extension Worker {
+extension LoopContext {
     /// Runs `statements` as `identity`: the identity statement and the work in one
     /// pipeline before one Sync, so they share one implicit transaction and one round
     /// trip, and Row Level Security sees the caller. Calls back on the loop with the

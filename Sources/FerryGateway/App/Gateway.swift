@@ -16,7 +16,7 @@ public final class Gateway: Sendable {
     /// Where log lines go.
     public let logger: Logger
     let group: LoopGroup
-    let workers: [LoopBound<Worker>]
+    let contexts: [LoopBound<LoopContext>]
     private let server: HTTPServer
     private let listener: LoopBound<Listener>
     private let listenerStatus = ListenerStatus()
@@ -56,24 +56,24 @@ public final class Gateway: Sendable {
             perDevice: configuration.requestsPerDevice, perUser: configuration.requestsPerUser,
             pushBytesPerSecond: configuration.pushBytesPerSecond)
         self.requests = requests
-        let made = Mutex<[Int: LoopBound<Worker>]>([:])
+        let made = Mutex<[Int: LoopBound<LoopContext>]>([:])
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
-            let worker = Worker(
+            let context = LoopContext(
                 loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts, quota: quota,
                 requests: requests)
             let index = group.loops.firstIndex { $0 === loop }!
-            made.withLock { $0[index] = LoopBound(worker, loop: loop) }
+            made.withLock { $0[index] = LoopBound(context, loop: loop) }
         }
-        let workers = made.withLock { made in group.loops.indices.map { made[$0]! } }
-        self.workers = workers
+        let contexts = made.withLock { made in group.loops.indices.map { made[$0]! } }
+        self.contexts = contexts
         let listenerLoop = group.loops[0]
         purger = configuration.purgeTombstonesEverySeconds.map { every in
             LoopBound(
                 sending: TombstonePurger(
-                    worker: workers[0], logger: logger, everySeconds: every,
+                    context: contexts[0], logger: logger, everySeconds: every,
                     retentionSeconds: configuration.tombstoneRetentionSeconds),
-                loop: workers[0].loop)
+                loop: contexts[0].loop)
         }
         listener = LoopBound(
             sending: Listener(
@@ -87,7 +87,7 @@ public final class Gateway: Sendable {
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
             idleTimeout: .seconds(configuration.idleTimeoutSeconds))
         http.sharesPort = configuration.sharesPort
-        let routes = OperationsRoutes(workers: workers, listenerStatus: listenerStatus, logger: logger)
+        let routes = OperationsRoutes(contexts: contexts, listenerStatus: listenerStatus, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
@@ -96,15 +96,15 @@ public final class Gateway: Sendable {
             accounts: accounts, maxMessageBytes: configuration.streamMaxMessageBytes, quota: quota)
         server = HTTPServer(
             configuration: http, group: group,
-            observer: { loop in workers.first { $0.loop === loop }!.value },
+            observer: { loop in contexts.first { $0.loop === loop }!.value },
             router: { loop in
                 var router = Router()
-                let worker = workers.first { $0.loop === loop }!.value
-                routes.register(in: &router, worker: worker)
-                accountRoutes.register(in: &router, worker: worker)
-                syncRoutes.register(in: &router, worker: worker)
-                LockRoutes(accounts: accounts).register(in: &router, worker: worker)
-                streamRoutes.register(in: &router, worker: worker)
+                let context = contexts.first { $0.loop === loop }!.value
+                routes.register(in: &router, context: context)
+                accountRoutes.register(in: &router, context: context)
+                syncRoutes.register(in: &router, context: context)
+                LockRoutes(accounts: accounts).register(in: &router, context: context)
+                streamRoutes.register(in: &router, context: context)
                 return router
             })
     }
@@ -123,22 +123,22 @@ public final class Gateway: Sendable {
         let logger = self.logger
         let status = listenerStatus
         let accounts = self.accounts
-        let workers = self.workers
-        let worker = workers[0]
+        let contexts = self.contexts
+        let context = contexts[0]
         listener.loop.execute {
             let connection = listener.value
-            let cues = CueBatcher(loop: listener.loop, workers: workers, status: status, logger: logger)
+            let cues = CueBatcher(loop: listener.loop, contexts: contexts, status: status, logger: logger)
             connection.onStateChange = { state in
                 let connected = state == .connected
                 status.isConnected = connected
                 logger.log(connected ? .info : .warning, connected ? "listener connected" : "listener disconnected")
                 // Revocations announced while nobody listened would be lost: reload them.
-                if connected { accounts.reloadRevocations(on: worker.value.pool) }
+                if connected { accounts.reloadRevocations(on: context.value.pool) }
             }
             connection.onGap = {
                 status.reconnected()
                 // Cues sent while nobody listened are lost: every stream pulls.
-                for worker in workers { worker.loop.execute { worker.value.hub.cueEveryStream() } }
+                for context in contexts { context.loop.execute { context.value.hub.cueEveryStream() } }
             }
             connection.onNotification = { notification in
                 if notification.channel == Self.cueChannel {
@@ -146,7 +146,7 @@ public final class Gateway: Sendable {
                 } else if notification.channel == Self.revocationChannel,
                     let revocation = accounts.noteRevocation(payload: notification.payload)
                 {
-                    for worker in workers { worker.loop.execute { worker.value.hub.revoke(revocation) } }
+                    for context in contexts { context.loop.execute { context.value.hub.revoke(revocation) } }
                 }
             }
             connection.start()
@@ -177,8 +177,8 @@ public final class Gateway: Sendable {
 
     /// One schema check on the first loop's pool, waited for.
     private func checkSchema() -> SchemaCheck {
-        let worker = workers[0]
-        return worker.loop.waitForCallback { done in SchemaCheck.run(on: worker.value.pool, done) }!
+        let context = contexts[0]
+        return context.loop.waitForCallback { done in SchemaCheck.run(on: context.value.pool, done) }!
     }
 
     /// Stops accepting, lets requests in flight finish until the shutdown timeout,
@@ -188,10 +188,10 @@ public final class Gateway: Sendable {
         // Streams are not the HTTP server's (taken over): each loop's hub sends what is
         // pending and closes them 1001 while requests in flight finish.
         async let streamsClosed: Void = withTaskGroup(of: Void.self) { group in
-            for worker in workers {
+            for context in contexts {
                 group.addTask {
                     await withCheckedContinuation { continuation in
-                        worker.loop.execute { worker.value.hub.shutdown { continuation.resume() } }
+                        context.loop.execute { context.value.hub.shutdown { continuation.resume() } }
                     }
                 }
             }
@@ -207,10 +207,10 @@ public final class Gateway: Sendable {
                 }
             }
         }
-        for worker in workers {
+        for context in contexts {
             await withCheckedContinuation { continuation in
-                worker.loop.execute {
-                    worker.value.close()
+                context.loop.execute {
+                    context.value.close()
                     continuation.resume()
                 }
             }

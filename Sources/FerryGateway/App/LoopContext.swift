@@ -6,7 +6,7 @@ import Foundation
 
 /// One event loop's share of the gateway: its database pool, counters, log buffer
 /// and streams. Loop thread only; handlers on that loop reach it without locks.
-final class Worker: HTTPObserver {
+final class LoopContext: HTTPObserver {
     let loop: EventLoop
     let pool: PostgresPool
     /// The process's count of requests in flight per device and user (shared by every loop).

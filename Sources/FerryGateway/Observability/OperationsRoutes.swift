@@ -9,14 +9,14 @@ import Synchronization
 /// host, port or libpq text (anyone may ask); a change of the database's state is
 /// logged once, with the details and what to do.
 final class OperationsRoutes: Sendable {
-    private let workers: [LoopBound<Worker>]
+    private let contexts: [LoopBound<LoopContext>]
     private let listenerStatus: ListenerStatus
     private let logger: Logger
     /// The database's state the last `/readyz` found, to log changes only.
     private let lastCheck = Mutex<SchemaCheck?>(nil)
 
-    init(workers: [LoopBound<Worker>], listenerStatus: ListenerStatus, logger: Logger) {
-        self.workers = workers
+    init(contexts: [LoopBound<LoopContext>], listenerStatus: ListenerStatus, logger: Logger) {
+        self.contexts = contexts
         self.listenerStatus = listenerStatus
         self.logger = logger
     }
@@ -24,13 +24,13 @@ final class OperationsRoutes: Sendable {
     private static let healthy = HTTPResponse.json(bytes: Array(#"{"status":"ok"}"#.utf8))
     private static let ready = HTTPResponse.json(bytes: Array(#"{"status":"ready"}"#.utf8))
 
-    /// Adds the routes for one loop; handlers use that loop's `worker`.
-    func register(in router: inout Router, worker: Worker) {
+    /// Adds the routes for one loop; handlers use that loop's `context`.
+    func register(in router: inout Router, context: LoopContext) {
         router.get("/healthz") { _, responder in
             responder.respond(Self.healthy)
         }
         router.get("/readyz") { [self] _, responder in
-            SchemaCheck.run(on: worker.pool) { [self] check in
+            SchemaCheck.run(on: context.pool) { [self] check in
                 noteChange(check)
                 switch (check, listenerStatus.isConnected) {
                 case (.ready, true):
@@ -64,11 +64,11 @@ final class OperationsRoutes: Sendable {
 
     /// Asks every loop for its counters and answers on the requesting loop once all replied.
     private func collectMetrics(answering responder: LoopBound<HTTPResponder>) {
-        let gather = Gathering(expected: workers.count)
+        let gather = Gathering(expected: contexts.count)
         let listenerStatus = self.listenerStatus
-        for worker in workers {
-            worker.loop.execute {
-                let snapshot = worker.value.snapshot()
+        for context in contexts {
+            context.loop.execute {
+                let snapshot = context.value.snapshot()
                 guard let total = gather.add(snapshot) else { return }
                 let text = total.prometheusText(listener: listenerStatus.figures)
                 responder.loop.execute {

@@ -2,20 +2,20 @@ import FerryHTTP
 import FerryLoop
 
 /// Gathers the listener's `ferry_cue` notifications on its loop and hands each batch
-/// to every worker loop's ``CueHub``: one wake-up per loop per batch, not per
+/// to every loop's ``CueHub``: one wake-up per loop per batch, not per
 /// notification. Listener loop only.
 ///
 /// libpq hands over every notification a read brought; the batch goes out right after
 /// that iteration's I/O (an ``IterationHook``), so batching adds no waiting.
 final class CueBatcher {
-    private let workers: [LoopBound<Worker>]
+    private let contexts: [LoopBound<LoopContext>]
     private let status: ListenerStatus
     private let logger: Logger
     private var batch: [Cue] = []
     private var hook: IterationHook?
 
-    init(loop: EventLoop, workers: [LoopBound<Worker>], status: ListenerStatus, logger: Logger) {
-        self.workers = workers
+    init(loop: EventLoop, contexts: [LoopBound<LoopContext>], status: ListenerStatus, logger: Logger) {
+        self.contexts = contexts
         self.status = status
         self.logger = logger
         hook = IterationHook(loop: loop) { [weak self] in self?.flush() }
@@ -35,8 +35,8 @@ final class CueBatcher {
         let cues = batch
         batch.removeAll(keepingCapacity: true)
         status.cuesReceived(cues.count)
-        for worker in workers {
-            worker.loop.execute { worker.value.hub.deliver(cues) }
+        for context in contexts {
+            context.loop.execute { context.value.hub.deliver(cues) }
         }
     }
 

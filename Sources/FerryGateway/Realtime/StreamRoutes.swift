@@ -21,7 +21,7 @@ struct StreamRoutes: Sendable {
     /// The SSE `retry:` hint: how long an EventSource waits before reconnecting.
     static let reconnectMilliseconds = 3_000
 
-    func register(in router: inout Router, worker: Worker) {
+    func register(in router: inout Router, context: LoopContext) {
         router.get("/v1/stream") { request, responder in
             guard let claims = authenticate(request, responder) else { return }
             let handshake: WebSocketHandshake
@@ -35,7 +35,7 @@ struct StreamRoutes: Sendable {
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)
                 let stream = WebSocketStream.open(
                     tcp: tcp, bufferedBytes: buffered, handshake: handshake, maxMessageBytes: maxMessageBytes)
-                opened(stream, claims: claims, status: 101, request: request, route: responder.route, worker: worker)
+                opened(stream, claims: claims, status: 101, request: request, route: responder.route, context: context)
             }
             if !tookOver { quota.release(claims.userID) }
         }
@@ -53,7 +53,7 @@ struct StreamRoutes: Sendable {
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)
                 let stream = ServerSentEventStream.open(
                     tcp: tcp, bufferedBytes: buffered, retryMilliseconds: Self.reconnectMilliseconds)
-                opened(stream, claims: claims, status: 200, request: request, route: responder.route, worker: worker)
+                opened(stream, claims: claims, status: 200, request: request, route: responder.route, context: context)
             }
             if !tookOver { quota.release(claims.userID) }
         }
@@ -86,12 +86,12 @@ struct StreamRoutes: Sendable {
     /// hands the stream to the hub.
     private func opened(
         _ stream: any EventStream, claims: AccessTokenClaims, status: Int, request: HTTPRequest, route: String?,
-        worker: Worker
+        context: LoopContext
     ) {
-        worker.metrics.recordRequest(route: route, status: status, durationNanoseconds: 0)
-        worker.log.request(
+        context.metrics.recordRequest(route: route, status: status, durationNanoseconds: 0)
+        context.log.request(
             method: "GET", route: route, status: status, durationNanoseconds: 0, bytes: 0,
             remote: request.remoteAddress)
-        worker.hub.add(stream, claims: claims)
+        context.hub.add(stream, claims: claims)
     }
 }

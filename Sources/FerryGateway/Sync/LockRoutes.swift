@@ -11,8 +11,8 @@ import Foundation
 struct LockRoutes {
     let accounts: Accounts
 
-    /// Adds the routes for one loop; handlers use that loop's `worker`.
-    func register(in router: inout Router, worker: Worker) {
+    /// Adds the routes for one loop; handlers use that loop's `context`.
+    func register(in router: inout Router, context: LoopContext) {
         let accounts = self.accounts
         router.post("/v1/locks/:table/:key/claim") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)),
@@ -23,7 +23,7 @@ struct LockRoutes {
                 "select ferry.claim_lock($1, $2, $3::boolean)",
                 [target.table, target.key, body.force == true ? "true" : "false"],
                 preparedName: "ferry_claim_lock")
-            Self.run(claim, as: identity, worker: worker, accounts: accounts, responder: responder)
+            Self.run(claim, as: identity, context: context, accounts: accounts, responder: responder)
         }
         router.post("/v1/locks/:table/:key/heartbeat") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)),
@@ -31,7 +31,7 @@ struct LockRoutes {
             else { return }
             let heartbeat = PostgresStatement(
                 "select ferry.heartbeat_lock($1, $2)", [target.table, target.key], preparedName: "ferry_heartbeat_lock")
-            Self.run(heartbeat, as: identity, worker: worker, accounts: accounts, responder: responder)
+            Self.run(heartbeat, as: identity, context: context, accounts: accounts, responder: responder)
         }
         router.post("/v1/locks/:table/:key/release") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)),
@@ -39,7 +39,7 @@ struct LockRoutes {
             else { return }
             let release = PostgresStatement(
                 "select ferry.release_lock($1, $2)", [target.table, target.key], preparedName: "ferry_release_lock")
-            Self.run(release, as: identity, worker: worker, accounts: accounts, responder: responder)
+            Self.run(release, as: identity, context: context, accounts: accounts, responder: responder)
         }
     }
 
@@ -57,15 +57,15 @@ struct LockRoutes {
     }
 
     private static func run(
-        _ statement: PostgresStatement, as identity: Identity, worker: Worker, accounts: Accounts,
+        _ statement: PostgresStatement, as identity: Identity, context: LoopContext, accounts: Accounts,
         responder: HTTPResponder
     ) {
-        worker.run(as: identity, [statement], answering: responder) { result in
+        context.run(as: identity, [statement], answering: responder) { result in
             switch result {
             case .success(let results):
                 responder.respond(response(results[0].bytes(0, 0)))
             case .failure(let error):
-                responder.respond(worker.databaseFailure(error).response)
+                responder.respond(context.databaseFailure(error).response)
             }
         }
     }

@@ -16,8 +16,8 @@ struct SyncRoutes {
     let maxPushMutations: Int
     let cursors: PullCursorSealer
 
-    /// Adds the routes for one loop; handlers use that loop's `worker`.
-    func register(in router: inout Router, worker: Worker) {
+    /// Adds the routes for one loop; handlers use that loop's `context`.
+    func register(in router: inout Router, context: LoopContext) {
         let accounts = self.accounts
         // ferry.push_body (sql/ferry/functions/push.sql) checks the limit before it reads
         // the mutations, so an oversized batch costs no parse in the gateway and writes
@@ -31,7 +31,7 @@ struct SyncRoutes {
             // Checked UTF-8 above, so the decoding replaces nothing.
             let body = String(decoding: request.body, as: UTF8.self)
             let push = PostgresStatement(pushSQL, [body, limit], preparedName: "ferry_push")
-            worker.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
+            context.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let answer = results[0].bytes(0, 0) else {
@@ -46,7 +46,7 @@ struct SyncRoutes {
                     // ferry.push's own refusals of a malformed batch: their messages are for clients.
                     responder.respond(APIError.invalidRequest(error.message).response)
                 case .failure(let error):
-                    responder.respond(worker.databaseFailure(error).response)
+                    responder.respond(context.databaseFailure(error).response)
                 }
             }
         }
@@ -84,7 +84,7 @@ struct SyncRoutes {
                 return responder.respond(APIError.invalidCursor.response)
             }
             let pull = PostgresStatement(pullSQL, [raw, String(limit)], preparedName: "ferry_pull")
-            worker.run(as: identity, [pull], answering: responder) { result in
+            context.run(as: identity, [pull], answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let cursor = results[0].bytes(0, 0), var body = results[0].bytes(0, 1),
@@ -103,14 +103,14 @@ struct SyncRoutes {
                     // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
                     responder.respond(APIError.invalidCursor.response)
                 case .failure(let error):
-                    responder.respond(worker.databaseFailure(error).response)
+                    responder.respond(context.databaseFailure(error).response)
                 }
             }
         }
         router.get("/v1/schema") { request, responder in
             guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
             let schema = PostgresStatement("select ferry.table_schema()", preparedName: "ferry_table_schema")
-            worker.run(as: identity, [schema], answering: responder) { result in
+            context.run(as: identity, [schema], answering: responder) { result in
                 switch result {
                 case .success(let results):
                     guard let answer = results[0].bytes(0, 0) else {
@@ -118,7 +118,7 @@ struct SyncRoutes {
                     }
                     responder.respond(.json(bytes: answer))
                 case .failure(let error):
-                    responder.respond(worker.databaseFailure(error).response)
+                    responder.respond(context.databaseFailure(error).response)
                 }
             }
         }

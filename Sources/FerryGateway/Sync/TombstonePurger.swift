@@ -11,7 +11,7 @@ final class TombstonePurger {
     /// the statement timeout and to hold row locks briefly.
     static let batchSize = 1000
 
-    private let worker: LoopBound<Worker>
+    private let context: LoopBound<LoopContext>
     private let logger: Logger
     private let everyMilliseconds: UInt64
     private let retentionSeconds: Int
@@ -19,8 +19,8 @@ final class TombstonePurger {
     private var isRunning = false
     private var isClosed = false
 
-    init(worker: LoopBound<Worker>, logger: Logger, everySeconds: Int, retentionSeconds: Int) {
-        self.worker = worker
+    init(context: LoopBound<LoopContext>, logger: Logger, everySeconds: Int, retentionSeconds: Int) {
+        self.context = context
         self.logger = logger
         self.everyMilliseconds = UInt64(everySeconds) * 1000
         self.retentionSeconds = retentionSeconds
@@ -28,8 +28,8 @@ final class TombstonePurger {
 
     /// Arms the timer: the first run comes one interval after start.
     func start() {
-        worker.loop.preconditionInEventLoop()
-        let timer = FerryLoop.Timer(loop: worker.loop)
+        context.loop.preconditionInEventLoop()
+        let timer = FerryLoop.Timer(loop: context.loop)
         self.timer = timer
         timer.start(after: everyMilliseconds, repeat: everyMilliseconds) { [weak self] in self?.tick() }
     }
@@ -54,7 +54,7 @@ final class TombstonePurger {
         let statement = PostgresStatement(
             "select ferry.purge_tombstones(make_interval(secs => $1::double precision), $2::integer)",
             [String(retentionSeconds), String(Self.batchSize)], preparedName: "ferry_purge_tombstones")
-        worker.value.pool.query(statement) { [self] result in
+        context.value.pool.query(statement) { [self] result in
             switch result {
             case .success(let rows):
                 let deleted = rows[0, 0].flatMap { Int($0) } ?? 0

@@ -466,10 +466,10 @@ private struct LiveStreamObjects: Sendable {
     let counts: [(connections: LiveInstanceCount, streams: LiveInstanceCount)]
 
     init(_ gateway: Gateway) async throws {
-        let workers = gateway.workers
+        let contexts = gateway.contexts
         counts = try await offload {
-            workers.map { worker in
-                (worker.loop.liveTCPConnections, worker.loop.runAndWait { worker.value.hub.liveSubscribers })
+            contexts.map { context in
+                (context.loop.liveTCPConnections, context.loop.runAndWait { context.value.hub.liveSubscribers })
             }
         }
     }
