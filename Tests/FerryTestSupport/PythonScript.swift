@@ -10,9 +10,8 @@ public enum PythonScript {
     }
 
     /// The path of `Tests/clients/<name>`.
-    public static func path(_ name: String, filePath: String = #filePath) -> String {
-        URL(fileURLWithPath: filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("clients/\(name)").path
+    public static func path(_ name: String) -> String {
+        TestRepository.root + "/Tests/clients/" + name
     }
 
     /// Runs Python with `arguments` and waits (blocking the caller) for it to end; killed
