@@ -52,8 +52,9 @@ final class Accounts: Sendable {
     }
 
     /// The claims of an access token if its signature and times are good and its
-    /// session is not revoked (when `checkRevocation`).
-    func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, APIError> {
+    /// session is not revoked (when `checkRevocation`); else why not (a stream's in-band
+    /// `auth` closes with its own code for each).
+    func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, TokenRefusal> {
         verifiedToken(token: token, checkRevocation: checkRevocation).map(\.claims)
     }
 
@@ -74,12 +75,12 @@ final class Accounts: Sendable {
             }
         }
         guard let token else { return .failure(.unauthorized("an access token is required")) }
-        return verifiedToken(token: token, checkRevocation: checkRevocation)
+        return verifiedToken(token: token, checkRevocation: checkRevocation).mapError(\.answer)
     }
 
     /// A token seen recently is found in ``verifiedTokens`` and only its times are
     /// checked again; any other is verified in full and remembered if good.
-    private func verifiedToken(token: Substring, checkRevocation: Bool) -> Result<VerifiedToken, APIError> {
+    private func verifiedToken(token: Substring, checkRevocation: Bool) -> Result<VerifiedToken, TokenRefusal> {
         let now = Int(Date().timeIntervalSince1970)
         let checked: Result<VerifiedToken, AccessTokenError>
         if let cached = verifiedTokens.lookup(token) {
@@ -90,13 +91,11 @@ final class Accounts: Sendable {
         }
         switch checked {
         case .failure(.expired):
-            return .failure(APIError(status: 401, code: "token_expired", message: "the access token has expired"))
+            return .failure(.expired)
         case .failure:
-            return .failure(.unauthorized("the access token is not valid"))
+            return .failure(.invalid)
         case .success(let verified):
-            if checkRevocation && revoked.isRevoked(verified.claims.sessionID) {
-                return .failure(Self.sessionRevoked)
-            }
+            if checkRevocation && revoked.isRevoked(verified.claims.sessionID) { return .failure(.revoked) }
             return .success(verified)
         }
     }
@@ -118,6 +117,25 @@ final class Accounts: Sendable {
     }
 
     static let sessionRevoked = APIError(status: 401, code: "session_revoked", message: "the session was revoked")
+
+    /// Why a presented access token is not accepted.
+    enum TokenRefusal: Error, Equatable {
+        /// Signed by us, but past its end (`401 token_expired`: the client refreshes).
+        case expired
+        /// Not a token this server signed, or issued in the future (`401 unauthorized`).
+        case invalid
+        /// Its session was revoked (`401 session_revoked`).
+        case revoked
+
+        /// The answer to a request that presented it.
+        var answer: APIError {
+            switch self {
+            case .expired: APIError(status: 401, code: "token_expired", message: "the access token has expired")
+            case .invalid: .unauthorized("the access token is not valid")
+            case .revoked: Accounts.sessionRevoked
+            }
+        }
+    }
 
     /// A session body for a user's new tokens.
     func session(userID: UUID, sessionID: UUID, deviceID: String, isAnonymous: Bool, refreshToken: String)

@@ -47,7 +47,7 @@ public final class Gateway: Sendable {
         self.group = group
         let accounts = Accounts(configuration: configuration, logger: logger)
         self.accounts = accounts
-        let streamSettings = CueHub.Settings(
+        let streamPolicy = StreamPolicy(
             heartbeatMilliseconds: configuration.streamHeartbeatMilliseconds,
             tokenWarningSeconds: configuration.streamTokenWarningSeconds,
             maxUnsentBytes: configuration.streamMaxUnsentBytes)
@@ -60,7 +60,7 @@ public final class Gateway: Sendable {
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
             let context = LoopContext(
-                loop: loop, pool: pool, logger: logger, streams: streamSettings, accounts: accounts, quota: quota,
+                loop: loop, pool: pool, logger: logger, streams: streamPolicy, accounts: accounts, quota: quota,
                 requests: requests)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(context, loop: loop) }

@@ -18,7 +18,7 @@ final class LoopContext: HTTPObserver {
     let hub: CueHub
 
     init(
-        loop: EventLoop, pool: PostgresPool, logger: Logger, streams: CueHub.Settings, accounts: Accounts,
+        loop: EventLoop, pool: PostgresPool, logger: Logger, streams: StreamPolicy, accounts: Accounts,
         quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight
     ) {
         loop.preconditionInEventLoop()
@@ -27,7 +27,7 @@ final class LoopContext: HTTPObserver {
         self.requests = requests
         self.logger = logger
         self.log = LogBuffer(logger: logger, loop: loop)
-        hub = CueHub(loop: loop, settings: streams, accounts: accounts, quota: quota, metrics: metrics)
+        hub = CueHub(loop: loop, policy: streams, accounts: accounts, quota: quota, metrics: metrics)
     }
 
     /// The counters of this loop, with its pool's gauges.

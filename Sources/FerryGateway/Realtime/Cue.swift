@@ -1,6 +1,3 @@
-import FerryAuth
-import FerryHTTP
-import FerryJSON
 import Foundation
 
 /// One `ferry_cue` notification: rows of `table` changed for one user (or, for a
@@ -44,66 +41,5 @@ struct Cue: Sendable, Equatable {
         origin = parts[1] == "-" ? nil : String(parts[1])
         table = String(parts[2])
         self.receivedAt = receivedAt
-    }
-}
-
-/// The messages of PROTOCOL.md's "Streams", as the one-line JSON both transports carry.
-enum StreamMessage {
-    /// `{"type":"hello","user_id","device_id","heartbeat_ms"}`.
-    static func hello(userID: UUID, deviceID: String, heartbeatMilliseconds: Int) -> [UInt8] {
-        var json = Array(#"{"type":"hello","user_id":""#.utf8)
-        json += userID.lowercasedString.utf8
-        json += #"","device_id":"#.utf8
-        JSONString.append(deviceID, to: &json)
-        json += #","heartbeat_ms":\#(heartbeatMilliseconds)}"#.utf8
-        return json
-    }
-
-    /// `{"type":"cue","tables":[…],"origin":…}`. An empty `tables` means "anything may
-    /// have changed" (sent after the listener was down).
-    static func cue(tables: [String], origin: String?) -> [UInt8] {
-        var json = Array(#"{"type":"cue","tables":["#.utf8)
-        for (index, table) in tables.enumerated() {
-            if index > 0 { json.append(UInt8(ascii: ",")) }
-            JSONString.append(table, to: &json)
-        }
-        json += #"],"origin":"#.utf8
-        if let origin {
-            JSONString.append(origin, to: &json)
-        } else {
-            json += "null".utf8
-        }
-        json.append(UInt8(ascii: "}"))
-        return json
-    }
-
-    /// `{"type":"token_expiring","in_ms"}`.
-    static func tokenExpiring(inMilliseconds: Int) -> [UInt8] {
-        Array(#"{"type":"token_expiring","in_ms":\#(inMilliseconds)}"#.utf8)
-    }
-}
-
-/// How and why the gateway closes a stream: PROTOCOL.md's close codes.
-enum StreamCloseReason: Sendable {
-    case tokenExpired, sessionRevoked, accountDeleted, tooSlow, goingAway
-
-    var code: UInt16 {
-        switch self {
-        case .tokenExpired: 4001
-        case .sessionRevoked: 4003
-        case .accountDeleted: 4004
-        case .tooSlow: 4008
-        case .goingAway: 1001
-        }
-    }
-
-    var text: String {
-        switch self {
-        case .tokenExpired: "token_expired"
-        case .sessionRevoked: "session_revoked"
-        case .accountDeleted: "account_deleted"
-        case .tooSlow: "too_slow"
-        case .goingAway: "going_away"
-        }
     }
 }

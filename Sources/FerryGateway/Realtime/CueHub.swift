@@ -1,6 +1,5 @@
 import FerryAuth
 import FerryHTTP
-import FerryJSON
 import FerryLoop
 import Foundation
 
@@ -10,27 +9,20 @@ import Foundation
 /// The process's listener hands every loop each batch of notifications; the hub
 /// finds the streams of each cue's user and marks them dirty, merging table names, so
 /// a stream that cannot take bytes right now holds one pending cue, never a queue.
-/// Heartbeats, token warnings and expiry run from one timer per loop (a
-/// ``TimingWheel``), so an idle stream costs no timer of its own.
+/// Here: the fan-out registry (streams by user, cues, revocations, shutdown). Each
+/// stream's deadlines (heartbeats, token warnings, expiry, stalls) are
+/// CueHub+Deadlines.swift's, run from one timer per loop (a ``TimingWheel``), so an idle
+/// stream costs no timer of its own; a stream's own messages are ``InBandAuth``'s.
 final class CueHub {
-    /// The knobs of PROTOCOL.md's stream lifecycle.
-    struct Settings: Sendable {
-        /// Between heartbeats (the `heartbeat_ms` of `hello`).
-        var heartbeatMilliseconds: Int = 25_000
-        /// How long before its token expires a stream gets `token_expiring`.
-        var tokenWarningSeconds: Int = 60
-        /// Unsent bytes over this close the stream `4008 too_slow` at once.
-        var maxUnsentBytes: Int = 64 * 1024
-    }
-
     let loop: EventLoop
-    let settings: Settings
+    let policy: StreamPolicy
     private let accounts: Accounts
     /// Counted by `StreamRoutes` before a stream opens; given back here when it is gone.
     private let quota: ConcurrencyLimit<UUID>
     private let metrics: LoopMetrics
     private var streamsByUser: [UUID: [StreamSubscriber]] = [:]
-    private var wheel: TimingWheel<StreamSubscriber>
+    /// Each stream's next deadline (CueHub+Deadlines.swift).
+    var wheel: TimingWheel<StreamSubscriber>
     private var ticker: FerryLoop.Timer?
     private var dirty: [StreamSubscriber] = []
     private var isShuttingDown = false
@@ -43,10 +35,10 @@ final class CueHub {
     let liveSubscribers = LiveInstanceCount()
 
     init(
-        loop: EventLoop, settings: Settings, accounts: Accounts, quota: ConcurrencyLimit<UUID>, metrics: LoopMetrics
+        loop: EventLoop, policy: StreamPolicy, accounts: Accounts, quota: ConcurrencyLimit<UUID>, metrics: LoopMetrics
     ) {
         self.loop = loop
-        self.settings = settings
+        self.policy = policy
         self.accounts = accounts
         self.quota = quota
         self.metrics = metrics
@@ -68,7 +60,7 @@ final class CueHub {
         }
         let subscriber = StreamSubscriber(
             stream: stream, claims: claims, expiresAt: accounts.tokens.acceptedUntil(claims),
-            nextHeartbeat: loop.now + UInt64(settings.heartbeatMilliseconds), liveCount: liveSubscribers)
+            nextHeartbeat: loop.now + UInt64(policy.heartbeatMilliseconds), liveCount: liveSubscribers)
         stream.onClose = { [unowned self, unowned subscriber] in remove(subscriber) }
         stream.onWritable = { [unowned self, unowned subscriber] in
             subscriber.drainedSinceHeartbeat = true
@@ -81,7 +73,7 @@ final class CueHub {
         stream.send(
             type: "hello",
             json: StreamMessage.hello(
-                userID: claims.userID, deviceID: claims.deviceID, heartbeatMilliseconds: settings.heartbeatMilliseconds)
+                userID: claims.userID, deviceID: claims.deviceID, heartbeatMilliseconds: policy.heartbeatMilliseconds)
         )
         if ticker == nil {
             let timer = FerryLoop.Timer(loop: loop)
@@ -113,7 +105,8 @@ final class CueHub {
         }
     }
 
-    private func close(_ subscriber: StreamSubscriber, _ reason: StreamCloseReason) {
+    /// Closes `subscriber`'s stream once, for `reason`.
+    func close(_ subscriber: StreamSubscriber, _ reason: StreamCloseReason) {
         guard !subscriber.isClosing else { return }
         subscriber.isClosing = true
         if reason == .tooSlow { metrics.streamTooSlow() }
@@ -184,12 +177,30 @@ final class CueHub {
         subscriber.pending = nil
         subscriber.stream.send(type: "cue", json: json)
         metrics.cueSent(latencyNanoseconds: MonotonicClock.now() &- pending.since)
-        if subscriber.stream.unsentBytes > settings.maxUnsentBytes { close(subscriber, .tooSlow) }
+        if subscriber.stream.unsentBytes > policy.maxUnsentBytes { close(subscriber, .tooSlow) }
     }
 
     private func forEachStream(_ body: (StreamSubscriber) -> Void) {
         for streams in streamsByUser.values {
             for subscriber in streams { body(subscriber) }
+        }
+    }
+
+    // MARK: - The stream's own messages
+
+    /// A client's message on `subscriber`'s stream: an in-band `auth` renews its token or
+    /// closes it (``InBandAuth``); anything else is ignored.
+    private func received(_ message: UnsafeRawBufferPointer, from subscriber: StreamSubscriber) {
+        switch InBandAuth.read(message, userID: subscriber.userID, deviceID: subscriber.deviceID, accounts: accounts) {
+        case .ignored:
+            return
+        case .renewed(let claims):
+            subscriber.sessionID = claims.sessionID
+            subscriber.expiresAt = accounts.tokens.acceptedUntil(claims)
+            subscriber.hasWarned = false
+            checkDeadlines(subscriber)
+        case .close(let reason):
+            close(subscriber, reason)
         }
     }
 
@@ -211,86 +222,6 @@ final class CueHub {
         for subscriber in matches { close(subscriber, reason) }
     }
 
-    // MARK: - The stream's own messages
-
-    /// The in-band `{"type":"auth","access_token"}` extends a WebSocket stream with a
-    /// fresh token of the same user and device. Other message types are ignored.
-    private func received(_ message: UnsafeRawBufferPointer, from subscriber: StreamSubscriber) {
-        var type: String?
-        var token: String?
-        let isObject = JSONObjectReader.forEachMember(in: message.assumingMemoryBound(to: UInt8.self)) {
-            key, value in
-            if key.equals("type"), case .string(let text) = value { type = text.decoded() }
-            if key.equals("access_token"), case .string(let text) = value { token = text.decoded() }
-            return true
-        }
-        guard isObject, type == "auth" else { return }
-        guard let token else { return close(subscriber, code: 1008, reason: "access_token missing") }
-        switch accounts.verifiedClaims(token: Substring(token)) {
-        case .success(let claims) where claims.userID == subscriber.userID && claims.deviceID == subscriber.deviceID:
-            subscriber.sessionID = claims.sessionID
-            subscriber.expiresAt = accounts.tokens.acceptedUntil(claims)
-            subscriber.hasWarned = false
-            checkDeadlines(subscriber)
-        case .success:
-            close(subscriber, code: 1008, reason: "the token is another user's or device's")
-        case .failure(let error) where error.code == "token_expired":
-            close(subscriber, .tokenExpired)
-        case .failure(let error) where error.code == "session_revoked":
-            close(subscriber, .sessionRevoked)
-        case .failure:
-            close(subscriber, code: 1008, reason: "the access token is not valid")
-        }
-    }
-
-    private func close(_ subscriber: StreamSubscriber, code: UInt16, reason: String) {
-        guard !subscriber.isClosing else { return }
-        subscriber.isClosing = true
-        subscriber.stream.close(code: code, reason: reason)
-    }
-
-    // MARK: - Deadlines
-
-    private func tick() {
-        for (subscriber, _) in wheel.advance(to: loop.now) { checkDeadlines(subscriber) }
-    }
-
-    /// Does whatever is due for `subscriber` (expiry, the token warning, a heartbeat)
-    /// and schedules its next deadline.
-    private func checkDeadlines(_ subscriber: StreamSubscriber) {
-        guard !subscriber.isClosing else { return }
-        let now = loop.now
-        let wallMilliseconds = Int(Date().timeIntervalSince1970 * 1000)
-        // Saturating: the end is a client's token's, bounded by the token check but checked here too.
-        let expiresInMilliseconds = subscriber.expiresAt.saturatingMultiply(1000).saturatingAdd(-wallMilliseconds)
-        if expiresInMilliseconds <= 0 { return close(subscriber, .tokenExpired) }
-        let warningMilliseconds = settings.tokenWarningSeconds * 1000
-        if !subscriber.hasWarned && expiresInMilliseconds <= warningMilliseconds {
-            subscriber.hasWarned = true
-            subscriber.stream.send(
-                type: "token_expiring", json: StreamMessage.tokenExpiring(inMilliseconds: expiresInMilliseconds))
-        }
-        if now >= subscriber.nextHeartbeat {
-            subscriber.nextHeartbeat = now + UInt64(settings.heartbeatMilliseconds)
-            let stalled = subscriber.stream.unsentBytes > 0
-            // Bytes waiting at two heartbeats in a row, nothing taken in between: the
-            // client reads nothing (or is gone).
-            if stalled && subscriber.stalledAtLastHeartbeat && !subscriber.drainedSinceHeartbeat {
-                return close(subscriber, .tooSlow)
-            }
-            subscriber.stalledAtLastHeartbeat = stalled
-            subscriber.drainedSinceHeartbeat = false
-            // A WebSocket that did not answer the previous ping is gone.
-            if !stalled && !subscriber.stream.heartbeat() { return close(subscriber, .tooSlow) }
-        }
-        let expiry = now + UInt64(expiresInMilliseconds)
-        var deadline = min(subscriber.nextHeartbeat, expiry)
-        if !subscriber.hasWarned {
-            deadline = min(deadline, now + UInt64(expiresInMilliseconds - warningMilliseconds))
-        }
-        wheel.schedule(subscriber, at: deadline)
-    }
-
     // MARK: - Shutdown
 
     /// Sends every pending cue that can go, closes every stream `1001`, and calls
@@ -305,78 +236,4 @@ final class CueHub {
         forEachStream { all.append($0) }
         for subscriber in all { close(subscriber, .goingAway) }
     }
-}
-
-/// One open stream as the hub sees it. Loop thread only.
-final class StreamSubscriber: TimingWheelElement {
-    let stream: any EventStream
-    let userID: UUID
-    let deviceID: String
-    var sessionID: UUID
-    /// The first second (since 1970) its token is refused (``AccessTokenSigner/acceptedUntil(_:)``).
-    var expiresAt: Int
-    var hasWarned = false
-    var pending: PendingCue?
-    /// Where its next deadline is in the hub's wheel.
-    var wheelPosition: TimingWheelPosition?
-    var nextHeartbeat: UInt64
-    var stalledAtLastHeartbeat = false
-    var drainedSinceHeartbeat = false
-    var isClosing = false
-    private let liveCount: LiveInstanceCount
-
-    /// Whether messages can still go out: neither side has started closing.
-    var isWritable: Bool { !isClosing && stream.isOpen }
-
-    init(
-        stream: any EventStream, claims: AccessTokenClaims, expiresAt: Int, nextHeartbeat: UInt64,
-        liveCount: LiveInstanceCount
-    ) {
-        self.stream = stream
-        userID = claims.userID
-        deviceID = claims.deviceID
-        sessionID = claims.sessionID
-        self.expiresAt = expiresAt
-        self.nextHeartbeat = nextHeartbeat
-        self.liveCount = liveCount
-        liveCount.increment()
-    }
-
-    deinit {
-        liveCount.decrement()
-    }
-}
-
-/// The cue a stream owes its client: every table named since the last one sent.
-struct PendingCue {
-    /// Empty with `everything`: anything may have changed.
-    private(set) var tables: [String]
-    private(set) var everything: Bool
-    /// The writing device, while every merged change came from the same one.
-    private(set) var origin: String?
-    /// When the oldest merged notification arrived (``MonotonicClock`` nanoseconds).
-    let since: UInt64
-
-    init(table: String?, origin: String?, since: UInt64) {
-        tables = table.map { [$0] } ?? []
-        everything = table == nil
-        self.origin = table == nil ? nil : origin
-        self.since = since
-    }
-
-    mutating func merge(table: String?, origin: String?) {
-        if self.origin != origin { self.origin = nil }
-        guard let table else {
-            everything = true
-            tables = []
-            return
-        }
-        if !everything && !tables.contains(table) { tables.append(table) }
-    }
-
-    func sameMessage(as other: PendingCue) -> Bool {
-        tables == other.tables && everything == other.everything && origin == other.origin
-    }
-
-    var message: [UInt8] { StreamMessage.cue(tables: tables, origin: origin) }
 }

@@ -35,7 +35,7 @@ import Testing
         #expect(accounts.verifiedTokens.lookup(Substring(token))?.claims == claims)
 
         let forged = AccessTokenSigner(secret: "someone else's secret").sign(claims)
-        #expect(throws: APIError.self) { try accounts.verifiedClaims(token: Substring(forged)).get() }
+        #expect(throws: Accounts.TokenRefusal.self) { try accounts.verifiedClaims(token: Substring(forged)).get() }
         #expect(accounts.verifiedTokens.lookup(Substring(forged)) == nil)
     }
 
@@ -68,10 +68,10 @@ import Testing
     }
 }
 
-extension Result where Failure == APIError {
-    /// The PROTOCOL.md code of a failure, nil on success.
+extension Result where Failure == Accounts.TokenRefusal {
+    /// The PROTOCOL.md code a refusal is answered with, nil on success.
     fileprivate var errorCode: String? {
-        if case .failure(let error) = self { return error.code }
+        if case .failure(let refusal) = self { return refusal.answer.code }
         return nil
     }
 }
