@@ -92,14 +92,16 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         }
         guard let sqlState, sqlState.utf8.count == 5 else { return .server }
         switch sqlState {
-        case "40002": return .conflict
-        case "55P03", "25006": return .transient
+        case SQLState.transactionIntegrityConstraintViolation: return .conflict
+        case SQLState.lockNotAvailable, SQLState.readOnlySQLTransaction: return .transient
         default: break
         }
-        switch sqlState.prefix(2) {
-        case "08", "40", "53", "57": return .transient
-        case "22", "54": return .invalidData
-        case "23": return .conflict
+        switch String(sqlState.prefix(2)) {
+        case SQLState.Class.connectionException, SQLState.Class.transactionRollback,
+            SQLState.Class.insufficientResources, SQLState.Class.operatorIntervention:
+            return .transient
+        case SQLState.Class.dataException, SQLState.Class.programLimitExceeded: return .invalidData
+        case SQLState.Class.integrityConstraintViolation: return .conflict
         default: return .server
         }
     }

@@ -59,7 +59,7 @@ enum MigrateCommand: Command {
             } catch let error as MigrationError {
                 printError("ferry migrate: \(error)")
                 return ExitStatus.failure
-            } catch let error as PostgresError where error.sqlState == "42501" {
+            } catch let error as PostgresError where error.sqlState == SQLState.insufficientPrivilege {
                 printError("ferry migrate: \(permissionAdvice(error, url: url))")
                 return ExitStatus.failure
             }

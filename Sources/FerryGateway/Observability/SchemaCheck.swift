@@ -42,10 +42,8 @@ enum SchemaCheck: Equatable, Sendable {
             self = version >= Ferry.requiredSchemaVersion ? .ready : .behind(version)
         case .failure(let error):
             switch (error.kind, error.sqlState) {
-            // invalid_schema_name, undefined_function
-            case (.server, "3F000"), (.server, "42883"): self = .notMigrated
-            // insufficient_privilege
-            case (.server, "42501"): self = .versionNotPermitted
+            case (.server, SQLState.invalidSchemaName), (.server, SQLState.undefinedFunction): self = .notMigrated
+            case (.server, SQLState.insufficientPrivilege): self = .versionNotPermitted
             case (.connectionFailed, _), (.connectionLost, _), (.timeout, _), (.poolExhausted, _):
                 self = .unreachable(error.message.split(whereSeparator: \.isNewline).joined(separator: " "))
             default: self = .failed(error.description)

@@ -9,8 +9,8 @@ struct SyncRoutes {
     static let defaultPullLimit = 1000
     /// The largest `limit` a pull accepts; more is `400 invalid_request`.
     static let maximumPullLimit = 5000
-    /// What ferry.pull raises for a cursor older than the purge horizon (sql/ferry/functions/pull.sql).
-    static let cursorExpiredState = "FR409"
+    /// What `ferry.pull` raises for a cursor it cannot read: `400 invalid_cursor`.
+    static let unreadableCursor: Set = [SQLState.invalidTextRepresentation, SQLState.invalidParameterValue]
 
     let accounts: Accounts
     let maxPushMutations: Int
@@ -42,7 +42,7 @@ struct SyncRoutes {
                             ).response)
                     }
                     responder.respond(.json(bytes: answer))
-                case .failure(let error) where error.sqlState == "22023":
+                case .failure(let error) where error.sqlState == SQLState.invalidParameterValue:
                     // ferry.push's own refusals of a malformed batch: their messages are for clients.
                     responder.respond(APIError.invalidRequest(error.message).response)
                 case .failure(let error):
@@ -97,9 +97,9 @@ struct SyncRoutes {
                     body.append(contentsOf: cursors.seal(cursor, for: identity).utf8)
                     body.append(contentsOf: #""}"#.utf8)
                     responder.respond(.json(bytes: body))
-                case .failure(let error) where raw != nil && error.sqlState == Self.cursorExpiredState:
+                case .failure(let error) where raw != nil && error.sqlState == SQLState.cursorExpired:
                     responder.respond(APIError.cursorExpired.response)
-                case .failure(let error) where raw != nil && (error.sqlState == "22P02" || error.sqlState == "22023"):
+                case .failure(let error) where raw != nil && Self.unreadableCursor.contains(error.sqlState ?? ""):
                     // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
                     responder.respond(APIError.invalidCursor.response)
                 case .failure(let error):
@@ -123,4 +123,10 @@ struct SyncRoutes {
             }
         }
     }
+}
+
+extension SQLState {
+    /// `FR409`, Ferry's own: what `ferry.pull` raises for a cursor the tombstone purges
+    /// may have cut short (sql/ferry/functions/pull.sql), answered `409 cursor_expired`.
+    static let cursorExpired = "FR409"
 }
