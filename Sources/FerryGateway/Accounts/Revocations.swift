@@ -4,10 +4,18 @@ import Foundation
 
 /// A session revoked by sign-out, token reuse or account deletion (`ferry_revoked`).
 struct Revocation: Sendable {
+    /// Why: the `reason` of the notification (`ferry.announce_revocation`'s callers,
+    /// sql/ferry/functions/accounts.sql).
+    enum Reason: String, Sendable {
+        case signedOut = "signed_out"
+        case tokenReused = "token_reused"
+        case accountDeleted = "account_deleted"
+    }
+
     var sessionID: UUID
     var userID: UUID?
-    /// `signed_out`, `token_reused` or `account_deleted` (0002's `announce_revocation` callers).
-    var reason: String
+    /// Nil for a reason this version does not know.
+    var reason: Reason?
 }
 
 extension Accounts {
@@ -32,7 +40,7 @@ extension Accounts {
         refuseSession(session)
         return Revocation(
             sessionID: session, userID: (object["user"] as? String).flatMap(UUID.init(uuidString:)),
-            reason: object["reason"] as? String ?? "")
+            reason: (object["reason"] as? String).flatMap(Revocation.Reason.init(rawValue:)))
     }
 
     /// Replaces the revoked-session cache with every revocation young enough to matter:

@@ -209,7 +209,7 @@ final class CueHub {
     /// Closes the streams of a revoked session: `4004` when the account was deleted
     /// (every stream of the user), `4003` otherwise.
     func revoke(_ revocation: Revocation) {
-        let deleted = revocation.reason == "account_deleted"
+        let deleted = revocation.reason == .accountDeleted
         let reason: StreamCloseReason = deleted ? .accountDeleted : .sessionRevoked
         var matches: [StreamSubscriber] = []
         if let user = revocation.userID {
