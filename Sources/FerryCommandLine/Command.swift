@@ -1,12 +1,12 @@
 import Foundation
 
-/// A `ferry` subcommand.
+/// A command of a ``CommandLineTool``: `ferry serve`, `ferry-load idle`.
 public protocol Command {
-    /// The word after `ferry`.
+    /// The word after the program's name.
     static var name: String { get }
-    /// One line for `ferry --help`.
+    /// One line for the program's help.
     static var summary: String { get }
-    /// What `ferry <name> --help` prints above the settings.
+    /// What `<program> <name> --help` prints above the settings.
     static var usage: String { get }
     /// The flags and variables it reads.
     static var settings: [Setting] { get }

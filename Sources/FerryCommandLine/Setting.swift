@@ -146,6 +146,16 @@ public struct SettingValues: Sendable {
         return value
     }
 
+    /// The value as a number within `range` (`0.5`, `200`, `1e3`).
+    public func number(_ flag: String, in range: ClosedRange<Double>) throws(SettingsError) -> Double? {
+        guard let text = string(flag) else { return nil }
+        guard let value = Double(text), range.contains(value) else {
+            throw SettingsError(
+                "invalid \(name(flag)): \(text) is not a number in \(range.lowerBound)...\(range.upperBound)")
+        }
+        return value
+    }
+
     /// The value as a duration in seconds, written as a whole number and a unit:
     /// `30d`, `12h`, `15m`, `45s` (days, hours, minutes, seconds), at least 1 s and at most
     /// `maximumSeconds`.

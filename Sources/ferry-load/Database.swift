@@ -17,7 +17,7 @@ final class CueFloor: @unchecked Sendable {
     /// Connects and listens; throws when either fails.
     static func start(_ configuration: PostgresConfiguration) throws -> CueFloor {
         let floor = CueFloor(loop: EventLoop.spawn(name: "floor"))
-        let result = waitOnLoop(floor.loop) { (done: @escaping (Result<Void, PostgresError>) -> Void) in
+        let result = floor.loop.waitForCallback { (done: @escaping (Result<Void, PostgresError>) -> Void) in
             PostgresConnection.connect(on: floor.loop, configuration: configuration) { result in
                 switch result {
                 case .failure(let error): done(.failure(error))
@@ -37,10 +37,10 @@ final class CueFloor: @unchecked Sendable {
     }
 
     /// The notifications so far.
-    func received() -> [(owner: Substring, at: UInt64)] { onLoop(loop) { self.notifications } }
+    func received() -> [(owner: Substring, at: UInt64)] { loop.runAndWait { self.notifications } }
 
     func stop() {
-        onLoop(loop) { self.connection?.close() }
+        loop.runAndWait { self.connection?.close() }
         loop.stop()
         loop.waitUntilStopped()
     }
@@ -56,7 +56,7 @@ final class Writer: @unchecked Sendable {
 
     static func start(_ configuration: PostgresConfiguration) throws -> Writer {
         let writer = Writer(loop: EventLoop.spawn(name: "writer"))
-        let result = waitOnLoop(writer.loop) { (done: @escaping (Result<Void, PostgresError>) -> Void) in
+        let result = writer.loop.waitForCallback { (done: @escaping (Result<Void, PostgresError>) -> Void) in
             PostgresConnection.connect(on: writer.loop, configuration: configuration) { result in
                 done(
                     result.map { connection in
@@ -71,7 +71,7 @@ final class Writer: @unchecked Sendable {
 
     /// Runs one statement now; returns when it was sent and when its answer came (monotonic ns).
     func commit(_ sql: String, _ parameters: [String?] = []) throws -> (sent: UInt64, answered: UInt64) {
-        let result = waitOnLoop(loop) { (done: @escaping (Result<(UInt64, UInt64), PostgresError>) -> Void) in
+        let result = loop.waitForCallback { (done: @escaping (Result<(UInt64, UInt64), PostgresError>) -> Void) in
             let sent = MonotonicClock.now()
             self.connection!.query(sql, parameters) { result in
                 done(result.map { _ in (sent, MonotonicClock.now()) })
@@ -98,7 +98,7 @@ final class Writer: @unchecked Sendable {
     /// in the last `quietMilliseconds` (so each cue can be matched to its write).
     /// Paced by a 1 ms timer; a statement waits when the previous one has not answered.
     func run(sql: String, rate: Double, seconds: Double, users: [String], quietMilliseconds: UInt64) -> Run {
-        waitOnLoop(loop) { (done: @escaping (Run) -> Void) in
+        loop.waitForCallback { (done: @escaping (Run) -> Void) in
             var run = Run()
             var lastWrite = [UInt64](repeating: 0, count: users.count)
             let quiet = quietMilliseconds * 1_000_000
@@ -153,7 +153,7 @@ final class Writer: @unchecked Sendable {
     }
 
     func stop() {
-        onLoop(loop) { self.connection?.close() }
+        loop.runAndWait { self.connection?.close() }
         loop.stop()
         loop.waitUntilStopped()
     }

@@ -1,63 +1,25 @@
+import FerryCommandLine
 import FerryLoad
 import FerryLoop
 import Foundation
 
 /// `ferry-load`: the load generator behind bench/realtime.sh. Loopback, or a network
-/// namespace the bench script made (bench/broadcast-netns.sh).
+/// namespace the bench script made (bench/broadcast-netns.sh). Figures are printed as
+/// `name value` lines.
 @main
 enum FerryLoadCLI {
-    static let usage = """
-        usage: ferry-load <command> [--name value ...]
-
-          signup     --url U --count N --out FILE [--connections 32]
-                     sign up N anonymous users (POST /v1/auth/anonymous), write `user id<TAB>token` lines
-          idle       --url U --tokens FILE --streams N [stream options] --server-pids P[,P...]
-                     open N idle streams; the servers' resident memory per stream
-          latency    --url U --tokens FILE --streams N --database-url DB [--table bench_items]
-                     [--rate 200] [--seconds 20] [--write upsert|notify] [stream options]
-                     commit -> cue latency for random users among the N, and a bare LISTEN as the floor
-          broadcast  --url U --tokens FILE --streams N --database-url DB [--table bench_news]
-                     [--rounds 5] [stream options]
-                     one statement on a shared table: commit -> the last stream's cue
-          churn      --url U --tokens FILE --streams N --server-pids P[,P...] [--rounds 40]
-                     [--pause-seconds 0] [stream options]
-                     open N streams, hang up, again: the servers' memory growth per stream lifecycle
-          streams    (a worker the commands above start; reads commands on standard input)
-
-        stream options: --transport websocket|sse (websocket) --server-pids P[,P...] (memory figures)
-          --streams-per-process N (the file limit allows; one worker process per share)
-          --loops-per-process 1 --concurrency 256 (handshakes in flight per loop)
-          --source-base 127.A.B.1 (random) --streams-per-source 20000 --settle-seconds 3
-          --open-timeout 300 --worker-netns NAME (workers run in that network namespace)
-        Figures are printed as `name value` lines.
-        """
+    static var tool: CommandLineTool {
+        CommandLineTool(
+            name: "ferry-load", summary: "ferry-load: Ferry's load generator (bench/README.md)",
+            commands: [
+                SignUpCommand.self, IdleCommand.self, LatencyCommand.self, BroadcastCommand.self, ChurnCommand.self,
+                StreamsWorker.self,
+            ])
+    }
 
     static func main() {
-        let arguments = Array(CommandLine.arguments.dropFirst())
-        guard let command = arguments.first, command != "--help", command != "-h" else {
-            printLine(usage)
-            exit(arguments.isEmpty ? 2 : 0)
-        }
         raiseFileLimit()
-        do {
-            let options = try Options(Array(arguments.dropFirst()))
-            switch command {
-            case "signup": try SignUpCommand.run(options)
-            case "streams": try StreamsWorker.run(options)
-            case "idle": try Measurements.idle(options)
-            case "latency": try Measurements.latency(options)
-            case "broadcast": try Measurements.broadcast(options)
-            case "churn": try Measurements.churn(options)
-            default: throw UsageError("unknown command \(command)")
-            }
-            exit(0)
-        } catch let error as UsageError {
-            printError("ferry-load: \(error)\n\n\(usage)")
-            exit(2)
-        } catch {
-            printError("ferry-load \(command): \(error)")
-            exit(1)
-        }
+        exit(tool.run(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment))
     }
 
     /// Lifts the soft open-file limit to the hard one: every stream is a descriptor.
@@ -76,13 +38,48 @@ enum FerryLoadCLI {
     }
 }
 
+/// The settings ferry-load's commands share.
+enum LoadSettings {
+    static let url = Setting("url", help: "the gateway, http://<numeric host>:<port>")
+    static let tokens = Setting("tokens", help: "the `user id<TAB>token` file ferry-load signup wrote")
+    static let streams = Setting("streams", help: "streams to open, one per line of the token file from the first")
+    static let serverPIDs = Setting(
+        "server-pids", help: "the gateways' process ids, comma-separated (their memory and CPU)")
+    static let databaseURL = Setting("database-url", help: "PostgreSQL URL of the bench database, as its owner")
+
+    /// How the streams open (``StreamFleet``), and when memory is read after.
+    static let streamOptions: [Setting] = [
+        Setting("transport", default: "websocket", help: "websocket or sse"),
+        Setting(
+            "streams-per-process", help: "streams per worker process (default: what the open-file limit allows)",
+            isOptional: true),
+        Setting("loops-per-process", default: "1", help: "event loops per worker process"),
+        Setting("concurrency", default: "256", help: "handshakes in flight per loop"),
+        Setting("source-base", help: "the first source address, 127.A.B.1 (default: random)", isOptional: true),
+        Setting("streams-per-source", default: "20000", help: "streams per source address"),
+        Setting("settle-seconds", default: "3", help: "seconds between the last stream opening and a memory reading"),
+        Setting("open-timeout", default: "300", help: "seconds every stream has to open or fail"),
+        Setting("worker-netns", help: "network namespace the worker processes run in", isOptional: true),
+    ]
+}
+
 /// `ferry-load signup`: anonymous users and their tokens, through the API.
-enum SignUpCommand {
-    static func run(_ options: Options) throws {
-        let server = try serverAddress(try options.string("url"))
-        let count = try options.integer("count")
-        let output = try options.string("out")
-        let connections = try options.integer("connections", default: 32)
+enum SignUpCommand: Command {
+    static let name = "signup"
+    static let summary = "sign up anonymous users (POST /v1/auth/anonymous), write `user id<TAB>token` lines"
+    static let usage = "ferry-load signup --url U --count N --out FILE [--connections 32]"
+    static let settings = [
+        LoadSettings.url,
+        Setting("count", help: "users to sign up"),
+        Setting("out", help: "the token file to write"),
+        Setting("connections", default: "32", help: "keep-alive connections, one request in flight on each"),
+    ]
+
+    static func run(_ values: SettingValues) throws -> Int32 {
+        let server = try serverAddress(values.string("url")!)
+        let count = try values.integer("count", in: 0...10_000_000)!
+        let output = values.string("out")!
+        let connections = try values.integer("connections", in: 1...10_000)!
         let loop = EventLoop.spawn(name: "signup")
         defer {
             loop.stop()
@@ -90,7 +87,7 @@ enum SignUpCommand {
         }
         let started = MonotonicClock.now()
         let address = try SocketAddress(host: server.host, port: server.port)
-        let (users, failure) = waitOnLoop(loop) { (done: @escaping (([SignedUpUser], String?)) -> Void) in
+        let (users, failure) = loop.waitForCallback { (done: @escaping (([SignedUpUser], String?)) -> Void) in
             let signUps = AnonymousSignUps(loop: loop, server: address, count: count, connections: connections)
             signUps.run { done((signUps.users, signUps.failure)) }
         }!
@@ -101,5 +98,90 @@ enum SignUpCommand {
         printLine("signed_up \(users.count)")
         printLine("signup_seconds \(String(format: "%.1f", seconds))")
         printLine("signups_per_second \(Int(Double(users.count) / max(seconds, 0.001)))")
+        return ExitStatus.success
+    }
+}
+
+/// `ferry-load idle` (``Measurements/idle(_:)``).
+enum IdleCommand: Command {
+    static let name = "idle"
+    static let summary = "open N idle streams; the servers' resident memory per stream"
+    static let usage = "ferry-load idle --url U --tokens FILE --streams N --server-pids P[,P...] [stream options]"
+    static let settings =
+        [LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.serverPIDs]
+        + LoadSettings.streamOptions
+
+    static func run(_ values: SettingValues) throws -> Int32 {
+        try Measurements.idle(values)
+        return ExitStatus.success
+    }
+}
+
+/// `ferry-load latency` (``Measurements/latency(_:)``).
+enum LatencyCommand: Command {
+    static let name = "latency"
+    static let summary = "commit -> cue latency for random users among the N, and a bare LISTEN as the floor"
+    static let usage = """
+        ferry-load latency --url U --tokens FILE --streams N --database-url DB [--table bench_items]
+                           [--rate 200] [--seconds 20] [--write upsert|notify] [stream options]
+        """
+    static let settings =
+        [
+            LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.databaseURL,
+            Setting("table", default: "bench_items", help: "the table written (id text, user_id uuid, n int)"),
+            Setting("rate", default: "200", help: "statements a second"),
+            Setting("seconds", default: "20", help: "how long the writer writes"),
+            Setting("quiet-ms", default: "1000", help: "a user is written again only after this long"),
+            Setting("write", default: "upsert", help: "upsert (through the cue triggers) or notify (by hand)"),
+            Setting("server-pids", help: LoadSettings.serverPIDs.help, isOptional: true),
+        ] + LoadSettings.streamOptions
+
+    static func run(_ values: SettingValues) throws -> Int32 {
+        try Measurements.latency(values)
+        return ExitStatus.success
+    }
+}
+
+/// `ferry-load broadcast` (``Measurements/broadcast(_:)``).
+enum BroadcastCommand: Command {
+    static let name = "broadcast"
+    static let summary = "one statement on a shared table: commit -> the last stream's cue"
+    static let usage = """
+        ferry-load broadcast --url U --tokens FILE --streams N --database-url DB [--table bench_news]
+                             [--rounds 5] [stream options]
+        """
+    static let settings =
+        [
+            LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.databaseURL,
+            Setting("table", default: "bench_news", help: "the shared table written (id, body)"),
+            Setting("rounds", default: "5", help: "statements, a second apart"),
+            Setting("cue-timeout-seconds", default: "10", help: "how long a round waits for every stream's cue"),
+            Setting("server-pids", help: LoadSettings.serverPIDs.help, isOptional: true),
+        ] + LoadSettings.streamOptions
+
+    static func run(_ values: SettingValues) throws -> Int32 {
+        try Measurements.broadcast(values)
+        return ExitStatus.success
+    }
+}
+
+/// `ferry-load churn` (``Measurements/churn(_:)``).
+enum ChurnCommand: Command {
+    static let name = "churn"
+    static let summary = "open N streams, hang up, again: the servers' memory growth per stream lifecycle"
+    static let usage = """
+        ferry-load churn --url U --tokens FILE --streams N --server-pids P[,P...] [--rounds 40]
+                         [--pause-seconds 0] [stream options]
+        """
+    static let settings =
+        [
+            LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.serverPIDs,
+            Setting("rounds", default: "40", help: "rounds of opening and hanging up (at least 2)"),
+            Setting("pause-seconds", default: "0", help: "pause after each round"),
+        ] + LoadSettings.streamOptions
+
+    static func run(_ values: SettingValues) throws -> Int32 {
+        try Measurements.churn(values)
+        return ExitStatus.success
     }
 }

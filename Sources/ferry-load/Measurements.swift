@@ -1,3 +1,4 @@
+import FerryCommandLine
 import FerryLoad
 import FerryLoop
 import FerryPostgres
@@ -10,17 +11,17 @@ enum Measurements {
 
     /// Opens N streams, waits `--settle-seconds`, and reports the servers' resident
     /// memory per stream (and that they are all still open).
-    static func idle(_ options: Options) throws {
-        let count = try options.integer("streams")
-        let servers = try serverPIDs(options)
-        let transport = options.string("transport", default: "websocket")
+    static func idle(_ values: SettingValues) throws {
+        let count = try values.integer("streams", in: 0...10_000_000)!
+        let servers = try serverPIDs(values)
+        let transport = values.string("transport")!
         printLine("idle_streams \(count)")
         printLine("idle_transport \(transport)")
         let before = try residentKiB(servers)
-        let fleet = try StreamFleet(options: options, count: count)
+        let fleet = try StreamFleet(values: values, count: count)
         defer { fleet.stop() }
         try reportOpening(fleet)
-        Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
+        Thread.sleep(forTimeInterval: try values.number("settle-seconds", in: 0...3600)!)
         let after = try residentKiB(servers)
         let open = try fleet.openNow()
         printLine("streams_open_after_settle \(open)")
@@ -34,19 +35,19 @@ enum Measurements {
     /// `--rounds` times (`--pause-seconds` apart); reports the servers' resident memory after
     /// each round and what it grew by per stream lifecycle after the first round, which
     /// warms the allocator and the servers' token caches. The same N users every round.
-    static func churn(_ options: Options) throws {
-        let count = try options.integer("streams")
-        let rounds = max(2, try options.integer("rounds", default: 40))
-        let pause = try options.double("pause-seconds", default: 0)
-        let servers = try serverPIDs(options)
+    static func churn(_ values: SettingValues) throws {
+        let count = try values.integer("streams", in: 0...10_000_000)!
+        let rounds = max(2, try values.integer("rounds", in: 0...100_000)!)
+        let pause = try values.number("pause-seconds", in: 0...3600)!
+        let servers = try serverPIDs(values)
         printLine("churn_streams \(count)")
-        printLine("churn_transport \(options.string("transport", default: "websocket"))")
+        printLine("churn_transport \(values.string("transport")!)")
         printLine("churn_rounds \(rounds)")
         let before = try residentKiB(servers)
         var warmed = before
         var last = before
         for round in 1...rounds {
-            let fleet = try StreamFleet(options: options, count: count)
+            let fleet = try StreamFleet(values: values, count: count)
             let opened = fleet.opened
             // Each worker closes its streams' sockets and exits.
             fleet.stop()
@@ -72,14 +73,14 @@ enum Measurements {
     /// "Commit" is when the writer sends its one-statement (autocommit) transaction:
     /// both latencies start from that instant, so the statement's own time cancels out
     /// of the difference.
-    static func latency(_ options: Options) throws {
-        let count = try options.integer("streams")
-        let table = options.string("table", default: "bench_items")
-        let rate = try options.double("rate", default: 200)
-        let seconds = try options.double("seconds", default: 20)
-        let quiet = UInt64(try options.integer("quiet-ms", default: 1000))
-        let mode = options.string("write", default: "upsert")
-        let configuration = try PostgresConfiguration(try options.string("database-url"), applicationName: "ferry-load")
+    static func latency(_ values: SettingValues) throws {
+        let count = try values.integer("streams", in: 0...10_000_000)!
+        let table = values.string("table")!
+        let rate = try values.number("rate", in: 0.001...1_000_000)!
+        let seconds = try values.number("seconds", in: 0.001...1_000_000)!
+        let quiet = UInt64(try values.integer("quiet-ms", in: 0...3_600_000)!)
+        let mode = values.string("write")!
+        let configuration = try PostgresConfiguration(values.string("database-url")!, applicationName: "ferry-load")
         let sql: String
         switch mode {
         case "upsert":
@@ -90,17 +91,17 @@ enum Measurements {
             // The harness without cue triggers: the NOTIFY a trigger would send, by hand.
             sql = "select pg_notify('ferry_cue', $1 || ' - \(table)')"
         default:
-            throw UsageError("--write is upsert or notify, not \(mode)")
+            throw SettingsError("invalid --write: \(mode) (expected upsert or notify)")
         }
         // The writer picks among the users whose streams are open (every user of the
         // file when no stream is, to time the floor alone).
-        let tokens = try readTokens(try options.string("tokens"))
+        let tokens = try readTokens(values.string("tokens")!)
         let users = (count > 0 ? tokens.prefix(count) : tokens[...]).map(\.userID)
         guard users.count >= max(count, 1) else { throw LoadError("the token file has fewer than \(count) users") }
         printLine("latency_streams \(count)")
-        printLine("latency_transport \(options.string("transport", default: "websocket"))")
-        let servers = try optionalServerPIDs(options)
-        let fleet = try openStreams(options, count: count, servers: servers, recordArrivals: true)
+        printLine("latency_transport \(values.string("transport")!)")
+        let servers = try optionalServerPIDs(values)
+        let fleet = try openStreams(values, count: count, servers: servers, recordArrivals: true)
         defer { fleet.stop() }
 
         let floor = try CueFloor.start(configuration)
@@ -140,16 +141,16 @@ enum Measurements {
 
     /// With N streams open, one statement on a `shared` table per round: time from the
     /// commit (statement sent) to the last stream's cue, and to the floor's NOTIFY.
-    static func broadcast(_ options: Options) throws {
-        let count = try options.integer("streams")
-        let table = options.string("table", default: "bench_news")
-        let rounds = max(1, try options.integer("rounds", default: 5))
-        let timeout = try options.double("cue-timeout-seconds", default: 10)
-        let configuration = try PostgresConfiguration(try options.string("database-url"), applicationName: "ferry-load")
+    static func broadcast(_ values: SettingValues) throws {
+        let count = try values.integer("streams", in: 0...10_000_000)!
+        let table = values.string("table")!
+        let rounds = max(1, try values.integer("rounds", in: 0...100_000)!)
+        let timeout = try values.number("cue-timeout-seconds", in: 0.001...3600)!
+        let configuration = try PostgresConfiguration(values.string("database-url")!, applicationName: "ferry-load")
         printLine("broadcast_streams \(count)")
-        printLine("broadcast_transport \(options.string("transport", default: "websocket"))")
-        let servers = try optionalServerPIDs(options)
-        let fleet = try openStreams(options, count: count, servers: servers)
+        printLine("broadcast_transport \(values.string("transport")!)")
+        let servers = try optionalServerPIDs(values)
+        let fleet = try openStreams(values, count: count, servers: servers)
         defer { fleet.stop() }
         let floor = try CueFloor.start(configuration)
         defer { floor.stop() }
@@ -220,14 +221,14 @@ enum Measurements {
     /// Opens `count` streams and reports how that went; with `servers`, also their
     /// memory per stream after `--settle-seconds` (latency and broadcast).
     private static func openStreams(
-        _ options: Options, count: Int, servers: [Int32]?, recordArrivals: Bool = false
+        _ values: SettingValues, count: Int, servers: [Int32]?, recordArrivals: Bool = false
     ) throws -> StreamFleet {
         let before = try servers.map(residentKiB)
-        let fleet = try StreamFleet(options: options, count: count, recordArrivals: recordArrivals)
+        let fleet = try StreamFleet(values: values, count: count, recordArrivals: recordArrivals)
         do {
             try reportOpening(fleet)
             if let servers, let before {
-                Thread.sleep(forTimeInterval: try options.double("settle-seconds", default: 3))
+                Thread.sleep(forTimeInterval: try values.number("settle-seconds", in: 0...3600)!)
                 reportMemory(before: before, after: try residentKiB(servers), streams: try fleet.openNow())
             }
             return fleet
@@ -261,13 +262,13 @@ enum Measurements {
         printLine("server_bytes_per_stream \(Int(perStream.rounded()))")
     }
 
-    private static func optionalServerPIDs(_ options: Options) throws -> [Int32]? {
-        try options.optionalString("server-pids").map { _ in try serverPIDs(options) }
+    private static func optionalServerPIDs(_ values: SettingValues) throws -> [Int32]? {
+        try values.string("server-pids").map { _ in try serverPIDs(values) }
     }
 
-    private static func serverPIDs(_ options: Options) throws -> [Int32] {
-        let pids = try options.string("server-pids").split(separator: ",").compactMap { Int32($0) }
-        guard !pids.isEmpty else { throw UsageError("--server-pids wants process ids, comma-separated") }
+    private static func serverPIDs(_ values: SettingValues) throws -> [Int32] {
+        let pids = values.string("server-pids")!.split(separator: ",").compactMap { Int32($0) }
+        guard !pids.isEmpty else { throw SettingsError("invalid --server-pids: expected process ids, comma-separated") }
         return pids
     }
 

@@ -1,3 +1,4 @@
+import FerryCommandLine
 import FerryLoad
 import FerryLoop
 import Foundation
@@ -16,25 +17,22 @@ final class StreamFleet {
 
     /// Starts enough workers for `count` streams (the first `count` tokens) and waits
     /// until each reports. Failures are printed as `stream_failures <n> <reason>` lines.
-    init(options: Options, count: Int, recordArrivals: Bool = false) throws {
+    init(values: SettingValues, count: Int, recordArrivals: Bool = false) throws {
         requested = count
         let fileLimit = FerryLoadCLI.fileLimit
-        let perProcess = try options.integer("streams-per-process", default: max(100, fileLimit - 256))
+        let perProcess = try values.integer("streams-per-process", in: 1...10_000_000) ?? max(100, fileLimit - 256)
         let processes = max(1, (count + perProcess - 1) / perProcess)
-        let base =
-            options.optionalString("source-base")
-            ?? "127.\(Int.random(in: 16...250)).\(Int.random(in: 0...255)).1"
+        let base = values.string("source-base") ?? "127.\(Int.random(in: 16...250)).\(Int.random(in: 0...255)).1"
+        // The worker reads these itself (``StreamsWorker``), so they are checked there.
         var forwarded: [String] = [
-            "--url", try options.string("url"), "--tokens", try options.string("tokens"),
-            "--transport", options.string("transport", default: "websocket"),
-            "--loops", String(try options.integer("loops-per-process", default: 1)),
-            "--concurrency", String(try options.integer("concurrency", default: 256)),
-            "--streams-per-source", String(try options.integer("streams-per-source", default: 20_000)),
-            "--source-base", base,
-            "--open-timeout", String(try options.integer("open-timeout", default: 300)),
+            "--url", values.string("url")!, "--tokens", values.string("tokens")!,
+            "--transport", values.string("transport")!, "--loops", values.string("loops-per-process")!,
+            "--concurrency", values.string("concurrency")!, "--streams-per-source",
+            values.string("streams-per-source")!,
+            "--source-base", base, "--open-timeout", values.string("open-timeout")!,
         ]
         if recordArrivals { forwarded.append("--record-arrivals") }
-        let namespace = options.optionalString("worker-netns")
+        let namespace = values.string("worker-netns")
         let started = MonotonicClock.now()
         var first = 0
         for process in 0..<processes {
