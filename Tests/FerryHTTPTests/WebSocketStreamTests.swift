@@ -10,9 +10,11 @@ struct RawWebSocketError: Error, CustomStringConvertible {
 }
 
 /// A WebSocket client over a plain socket that writes frames byte by byte, so tests can
-/// send what a library would refuse to (unmasked, oversized, not UTF-8).
+/// send what a library would refuse to (unmasked, oversized, not UTF-8), on FerryHTTP's
+/// client codec.
 final class RawWebSocket {
     let client: HTTPTestClient
+    private var frames = WebSocketClientDecoder()
 
     /// Connects to `GET /ws` of `server` and completes the handshake; `early` is sent
     /// right behind the request, before the `101` arrives.
@@ -34,62 +36,42 @@ final class RawWebSocket {
         try client.send(Self.frame(opcode: opcode, payload, fin: fin, masked: masked))
     }
 
-    /// The bytes of one client frame.
+    /// The bytes of one client frame, masked with a fixed key unless `masked` is false.
     static func frame(opcode: UInt8, _ payload: [UInt8], fin: Bool = true, masked: Bool = true) -> [UInt8] {
-        var frame: [UInt8] = [(fin ? 0x80 : 0) | opcode]
-        let maskBit: UInt8 = masked ? 0x80 : 0
-        if payload.count < 126 {
-            frame.append(maskBit | UInt8(payload.count))
-        } else if payload.count <= 0xFFFF {
-            frame.append(maskBit | 126)
-            frame += [UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
-        } else {
-            frame.append(maskBit | 127)
-            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
-        }
-        if masked {
-            let mask: [UInt8] = [0x37, 0xFA, 0x21, 0x3D]
-            frame += mask
-            frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
-        } else {
-            frame += payload
-        }
-        return frame
+        WebSocketClientFrame.make(
+            opcode: opcode, payload: payload, final: fin, mask: masked ? [0x37, 0xFA, 0x21, 0x3D] : nil)
     }
 
     func sendText(_ text: String) throws { try send(opcode: 0x1, Array(text.utf8)) }
 
-    /// Reads one server frame (servers do not mask).
-    func readFrame() throws -> (opcode: UInt8, payload: [UInt8]) {
-        let head = try client.readBytes(2)
-        guard head[1] & 0x80 == 0 else { throw RawWebSocketError(description: "the server masked a frame") }
-        var length = Int(head[1] & 0x7F)
-        if length == 126 {
-            length = try client.readBytes(2).reduce(0) { $0 << 8 | Int($1) }
-        } else if length == 127 {
-            length = try client.readBytes(8).reduce(0) { $0 << 8 | Int($1) }
+    /// Reads what the server sends next: a message or a control frame.
+    func readEvent() throws -> WebSocketEvent {
+        while true {
+            if let event = try frames.next() { return event }
+            frames.append(try client.readAvailable())
         }
-        return (head[0] & 0x0F, try client.readBytes(length))
     }
 
-    /// Reads frames until a close frame; returns its code and reason.
+    /// Reads until a close frame; returns its code (1005 when it had none) and reason.
     func readClose() throws -> (code: UInt16, reason: String) {
         for _ in 0..<100 {
-            let frame = try readFrame()
-            guard frame.opcode == 0x8 else { continue }
-            guard frame.payload.count >= 2 else { return (1005, "") }
-            return (
-                UInt16(frame.payload[0]) << 8 | UInt16(frame.payload[1]),
-                String(decoding: frame.payload[2...], as: UTF8.self)
-            )
+            guard case .close(let code, let reason) = try readEvent() else { continue }
+            return (code ?? 1005, reason)
         }
         throw RawWebSocketError(description: "no close frame in 100 frames")
     }
 
     func readText() throws -> String {
-        let frame = try readFrame()
-        guard frame.opcode == 0x1 else { throw RawWebSocketError(description: "expected text, got \(frame)") }
-        return String(decoding: frame.payload, as: UTF8.self)
+        let event = try readEvent()
+        guard case .text(let bytes) = event else { throw RawWebSocketError(description: "expected text, got \(event)") }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension WebSocketEvent {
+    /// Whether this is a ping.
+    fileprivate var isPing: Bool {
+        if case .ping = self { true } else { false }
     }
 }
 
@@ -149,18 +131,17 @@ final class RawWebSocket {
         defer { server.stop() }
         let socket = try RawWebSocket(server)
         try socket.send(opcode: 0x9, Array("abc".utf8))
-        let pong = try socket.readFrame()
-        #expect(pong.opcode == 0xA && pong.payload == Array("abc".utf8))
+        #expect(try socket.readEvent() == .pong(Array("abc".utf8)))
 
         try socket.sendText("heartbeat")
-        #expect(try socket.readFrame().opcode == 0x9)
+        #expect(try socket.readEvent().isPing)
         #expect(try socket.readText() == #"{"alive":true}"#)
         // No pong: the next heartbeat finds the peer dead and sends no ping.
         try socket.sendText("heartbeat")
         #expect(try socket.readText() == #"{"alive":false}"#)
         try socket.send(opcode: 0xA, [])
         try socket.sendText("heartbeat")
-        #expect(try socket.readFrame().opcode == 0x9)
+        #expect(try socket.readEvent().isPing)
         #expect(try socket.readText() == #"{"alive":true}"#)
     }
 
@@ -269,7 +250,7 @@ final class RawWebSocket {
         }
         #expect(sent > 0, "the kernel took everything")
         #expect(!server.log.all.contains("writable 1"))
-        for _ in 0..<sent { #expect(try socket.readFrame().payload.count == payload.count) }
+        for _ in 0..<sent { #expect(try socket.readText().utf8.count == payload.count) }
         #expect(server.log.waitFor("writable 1"))
         #expect(server.onStream(1) { $0?.unsentBytes } == 0)
     }

@@ -175,6 +175,14 @@ public final class HTTPTestClient {
         return Array(buffer[..<count])
     }
 
+    /// The bytes received and not yet read, or, when there are none, whatever the next
+    /// receive brings (after a protocol switch, for a decoder to take).
+    public func readAvailable() throws -> [UInt8] {
+        if buffer.isEmpty { try receiveMore() }
+        defer { buffer = [] }
+        return buffer
+    }
+
     /// Reads up to and including the first `delimiter` (an SSE event's blank line, say).
     public func readThrough(_ delimiter: [UInt8]) throws -> [UInt8] {
         var searchFrom = 0

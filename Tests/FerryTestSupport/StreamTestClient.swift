@@ -1,7 +1,8 @@
+import FerryHTTP
 import Foundation
 
 /// A blocking client of Ferry's streams (PROTOCOL.md "Streams") for tests: a WebSocket
-/// (RFC 6455 client side: masked frames out, pings answered) or an SSE reader, over
+/// (FerryHTTP's client codec: masked frames out, pings answered) or an SSE reader, over
 /// an ``HTTPTestClient`` socket so every read is bounded by its timeout.
 ///
 /// One thread at a time (tests hand it to ``offload``-style blocking work, never to two at once).
@@ -55,6 +56,7 @@ public final class StreamTestClient: @unchecked Sendable {
     public private(set) var heartbeats = 0
     /// SSE `retry:` hint, once seen.
     public private(set) var retryMilliseconds: Int?
+    private var frames = WebSocketClientDecoder()
 
     /// Opens a stream; throws ``HTTPTestClientError`` with the status and body when the
     /// server refuses (no 101 / 200).
@@ -71,7 +73,7 @@ public final class StreamTestClient: @unchecked Sendable {
         }
         switch transport {
         case .webSocket:
-            let key = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+            let key = WebSocketClientHandshake.makeKey()
             head +=
                 "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: \(key)\r\n"
         case .serverSentEvents:
@@ -120,37 +122,31 @@ public final class StreamTestClient: @unchecked Sendable {
     }
 
     private func nextFrame() throws -> Event {
-        var message: [UInt8] = []
         while true {
-            let head = try socket.readBytes(2)
-            let isFinal = head[0] & 0x80 != 0
-            let opcode = head[0] & 0x0F
-            guard head[1] & 0x80 == 0 else { throw HTTPTestClientError(description: "the server masked a frame") }
-            var length = Int(head[1] & 0x7F)
-            if length == 126 {
-                length = try socket.readBytes(2).reduce(0) { $0 << 8 | Int($1) }
-            } else if length == 127 {
-                length = try socket.readBytes(8).reduce(0) { $0 << 8 | Int($1) }
+            let event: WebSocketEvent
+            do {
+                guard let next = try frames.next() else {
+                    frames.append(try socket.readAvailable())
+                    continue
+                }
+                event = next
+            } catch let error as WebSocketProtocolError {
+                throw HTTPTestClientError(description: "the server broke RFC 6455: \(error)")
             }
-            let payload = try socket.readBytes(length)
-            switch opcode {
-            case 0x9:
+            switch event {
+            case .ping(let payload):
                 heartbeats += 1
-                try sendFrame(opcode: 0xA, payload)
-            case 0xA:
+                try socket.send(WebSocketClientFrame.pong(payload))
+            case .pong:
                 continue
-            case 0x8:
-                let code = payload.count >= 2 ? Int(payload[0]) << 8 | Int(payload[1]) : nil
-                let reason = payload.count > 2 ? String(decoding: payload[2...], as: UTF8.self) : ""
+            case .close(let code, let reason):
                 // Answer the close, as a client must.
-                try? sendFrame(opcode: 0x8, Array(payload.prefix(2)))
-                return .closed(code: code, reason: reason)
-            case 0x1, 0x0:
-                message += payload
-                guard isFinal else { continue }
+                try? socket.send(WebSocketClientFrame.close(code: code))
+                return .closed(code: code.map(Int.init), reason: reason)
+            case .text(let message):
                 return .message(try Self.message(message))
-            default:
-                throw HTTPTestClientError(description: "unexpected opcode \(opcode)")
+            case .binary:
+                throw HTTPTestClientError(description: "the server sent a binary message")
             }
         }
     }
@@ -200,29 +196,13 @@ public final class StreamTestClient: @unchecked Sendable {
 
     /// Sends a text message (masked, as clients must).
     public func sendText(_ text: String) throws {
-        try sendFrame(opcode: 0x1, Array(text.utf8))
+        try socket.send(WebSocketClientFrame.text(text))
     }
 
     /// Sends one frame; `masked: false` breaks RFC 6455 on purpose.
     public func sendFrame(opcode: UInt8, _ payload: [UInt8], masked: Bool = true, final: Bool = true) throws {
-        var frame: [UInt8] = [(final ? 0x80 : 0) | opcode]
-        let maskBit: UInt8 = masked ? 0x80 : 0
-        if payload.count < 126 {
-            frame.append(maskBit | UInt8(payload.count))
-        } else if payload.count <= 0xFFFF {
-            frame += [maskBit | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
-        } else {
-            frame.append(maskBit | 127)
-            frame += (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
-        }
-        if masked {
-            let mask = (0..<4).map { _ in UInt8.random(in: 0...255) }
-            frame += mask
-            frame += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
-        } else {
-            frame += payload
-        }
-        try socket.send(frame)
+        let mask = masked ? WebSocketClientFrame.randomMask() : nil
+        try socket.send(WebSocketClientFrame.make(opcode: opcode, payload: payload, final: final, mask: mask))
     }
 
     /// Closes the socket.
