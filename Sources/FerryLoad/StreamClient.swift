@@ -53,8 +53,6 @@ public final class StreamSet: @unchecked Sendable {
     public private(set) var failures: [String: Int] = [:]
     /// Streams that closed after their hello.
     public private(set) var dropped = 0
-    /// Cues received, every stream together.
-    public private(set) var cues = 0
     /// `(stream index, monotonic ns)` for every cue, when ``recordsArrivals``.
     public private(set) var arrivals: [(index: Int32, at: UInt64)] = []
     /// Called once when every order has opened or failed.
@@ -137,7 +135,6 @@ public final class StreamSet: @unchecked Sendable {
     fileprivate func streamDropped() { dropped += 1 }
 
     fileprivate func streamCued(_ stream: StreamClient, at time: UInt64) {
-        cues += 1
         if recordsArrivals { arrivals.append((Int32(stream.index), time)) }
     }
 

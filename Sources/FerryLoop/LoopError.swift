@@ -21,11 +21,6 @@ public struct LoopError: Error, Equatable, CustomStringConvertible {
     /// The libuv error name, e.g. `ECONNRESET`.
     public var name: String { String(cString: uv_err_name(code)) }
 
-    /// Whether the peer went away (reset, broken pipe, end of stream).
-    public var isDisconnect: Bool {
-        code == UV_EOF.rawValue || code == UV_ECONNRESET.rawValue || code == UV_EPIPE.rawValue
-    }
-
     public var description: String { "\(operation): \(name) (\(String(cString: uv_strerror(code))))" }
 
     /// Throws when `status` is negative.

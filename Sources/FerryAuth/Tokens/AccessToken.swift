@@ -100,11 +100,14 @@ public struct AccessTokenSigner: Sendable {
             expiresAt: now + lifetimeSeconds)
     }
 
+    /// How long after it is issued a token is accepted at most: its lifetime and the leeway.
+    public var acceptanceSeconds: Int { lifetimeSeconds + leewaySeconds }
+
     /// The last second (since 1970) at which a token issued at `issuedAt` is still
     /// accepted: what ``RevokedSessions/revoke(_:until:)`` must remember a session
     /// until.
     public func lastAcceptedSecond(issuedAt: Int) -> Int {
-        issuedAt + lifetimeSeconds + leewaySeconds
+        issuedAt + acceptanceSeconds
     }
 
     // MARK: - Signing

@@ -29,10 +29,6 @@ final class Accounts: Sendable {
         self.logger = logger
     }
 
-    /// How long a revoked session must stay in the cache: until every access token
-    /// issued for it has expired.
-    var revocationHorizonSeconds: Int { tokens.lifetimeSeconds + tokens.leewaySeconds }
-
     // MARK: - Authentication
 
     /// The caller of `request`, from its bearer token (or `?access_token=` when

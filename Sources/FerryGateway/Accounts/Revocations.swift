@@ -23,7 +23,7 @@ extension Accounts {
     /// them could still be accepted (sign-out and a reused refresh token, at once; other
     /// gateways learn of it by ``noteRevocation(payload:)``).
     func refuseSession(_ sessionID: UUID) {
-        revoked.revoke(sessionID, until: Int(Date().timeIntervalSince1970) + revocationHorizonSeconds)
+        revoked.revoke(sessionID, until: tokens.lastAcceptedSecond(issuedAt: Int(Date().timeIntervalSince1970)))
     }
 
     /// Forgets sessions revoked by any gateway: called with each `ferry_revoked`
@@ -43,14 +43,15 @@ extension Accounts {
             reason: (object["reason"] as? String).flatMap(Revocation.Reason.init(rawValue:)))
     }
 
-    /// Replaces the revoked-session cache with every revocation young enough to matter:
-    /// what was announced while nobody listened (the listener reconnected) is not lost.
+    /// Replaces the revoked-session cache with every revocation young enough to matter
+    /// (a token of the session may still be accepted): what was announced while nobody
+    /// listened (the listener reconnected) is not lost.
     func reloadRevocations(on pool: PostgresPool) {
         let statement = PostgresStatement(
             """
             select session_id, extract(epoch from revoked_at)::bigint
             from ferry.recent_revocations(now() - make_interval(secs => $1))
-            """, [String(revocationHorizonSeconds)], preparedName: "ferry_recent_revocations")
+            """, [String(tokens.acceptanceSeconds)], preparedName: "ferry_recent_revocations")
         pool.query(statement) { [self] result in
             switch result {
             case .success(let rows):
@@ -58,7 +59,7 @@ extension Accounts {
                     with: rows.rows.compactMap { row in
                         guard let id = row[0].flatMap(UUID.init(uuidString:)), let at = row[1].flatMap(Int.init)
                         else { return nil }
-                        return (sessionID: id, until: at + revocationHorizonSeconds)
+                        return (sessionID: id, until: tokens.lastAcceptedSecond(issuedAt: at))
                     })
             case .failure(let error):
                 logger.log(.warning, "could not reload revoked sessions", ["error": error.description])

@@ -109,9 +109,6 @@ public final class Gateway: Sendable {
             })
     }
 
-    /// Whether the LISTEN connection is up (for `/readyz`). Safe from any thread.
-    public var isListenerConnected: Bool { listenerStatus.isConnected }
-
     /// Starts serving, then connects the listener; returns the bound address. An
     /// address that cannot be served throws before the listener connects.
     @discardableResult

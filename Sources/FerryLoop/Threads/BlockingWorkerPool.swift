@@ -45,9 +45,6 @@ public final class BlockingWorkerPool: Sendable {
         return accepted
     }
 
-    /// Jobs waiting for a thread (not those running).
-    public var queuedCount: Int { state.withLock { $0.jobs.count } }
-
     /// Refuses new jobs; the threads finish the queued ones, then exit. Does not wait.
     public func close() {
         let wasClosed = state.withLock { state in
