@@ -9,7 +9,7 @@ import Testing
         let key = HMACKey(Array("Jefe".utf8))
         let expected = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         let message = Array("what do ya want for nothing?".utf8)
-        func hex(_ digest: AccessTokenSigner.Digest) -> String {
+        func hex(_ digest: HMACDigest) -> String {
             digest.array.map { String(format: "%02x", $0) }.joined()
         }
         // Reused contexts (the pool) and contexts borrowed by several threads at once.

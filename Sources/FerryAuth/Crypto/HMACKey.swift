@@ -46,10 +46,10 @@ public final class HMACKey: Sendable {
     }
 
     /// HMAC-SHA256 of `data`.
-    public func mac(_ data: UnsafeBufferPointer<UInt8>) -> AccessTokenSigner.Digest {
+    public func mac(_ data: UnsafeBufferPointer<UInt8>) -> HMACDigest {
         let context = pool.withLock { $0.popLast() } ?? OpaqueContext(pointer: EVP_MAC_CTX_dup(template.pointer)!)
         defer { pool.withLock { $0.append(context) } }
-        var digest = AccessTokenSigner.Digest()
+        var digest = HMACDigest()
         var length = 0
         let succeeded = withUnsafeMutableBytes(of: &digest.bytes) { output in
             // A null key re-initialises with the key already set.
@@ -60,5 +60,24 @@ public final class HMACKey: Sendable {
         }
         precondition(succeeded && length == 32, "OpenSSL HMAC-SHA256 failed")
         return digest
+    }
+}
+
+/// An HMAC-SHA256 digest (a token's signature, a cursor's seal) kept inline (no
+/// allocation), compared in constant time.
+public struct HMACDigest: Equatable, Sendable {
+    /// The digest's 32 bytes, in place.
+    public var bytes: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+    /// A digest of zeros, to be written.
+    public init() {}
+
+    /// The digest's 32 bytes, copied.
+    public var array: [UInt8] { withUnsafeBytes(of: bytes) { Array($0) } }
+
+    public static func == (lhs: HMACDigest, rhs: HMACDigest) -> Bool {
+        withUnsafeBytes(of: lhs.bytes) { left in
+            withUnsafeBytes(of: rhs.bytes) { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, 32) == 0 }
+        }
     }
 }

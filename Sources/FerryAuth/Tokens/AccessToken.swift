@@ -1,4 +1,3 @@
-import CCrypto
 import FerryJSON
 import Foundation
 
@@ -243,7 +242,7 @@ public struct AccessTokenSigner: Sendable {
         _ encoded: UnsafeBufferPointer<UInt8>, of signingInput: UnsafeBufferPointer<UInt8>
     ) -> AccessTokenError? {
         guard encoded.count == Base64URL.encodedCount(byteCount: 32) else { return .malformed }
-        var presented = Digest()
+        var presented = HMACDigest()
         let decoded = withUnsafeMutableBytes(of: &presented.bytes) {
             Base64URL.decode(encoded, into: $0.bindMemory(to: UInt8.self))
         }
@@ -333,26 +332,6 @@ public struct AccessTokenSigner: Sendable {
         case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
         case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
         default: nil
-        }
-    }
-
-    // MARK: - HMAC
-
-    /// A SHA-256 digest kept inline (no allocation), compared in constant time.
-    public struct Digest: Equatable, Sendable {
-        /// The digest's 32 bytes, in place.
-        public var bytes: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-
-        /// A digest of zeros, to be written.
-        public init() {}
-
-        /// The digest's 32 bytes, copied.
-        public var array: [UInt8] { withUnsafeBytes(of: bytes) { Array($0) } }
-
-        public static func == (lhs: Digest, rhs: Digest) -> Bool {
-            withUnsafeBytes(of: lhs.bytes) { left in
-                withUnsafeBytes(of: rhs.bytes) { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, 32) == 0 }
-            }
         }
     }
 }

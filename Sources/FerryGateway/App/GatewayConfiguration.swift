@@ -4,9 +4,6 @@ import Foundation
 /// Everything `ferry serve` needs, validated. Built from flags and `FERRY_*`
 /// environment variables by ``init(_:)``; `ferry dev` fills it in itself.
 public struct GatewayConfiguration: Sendable {
-    /// How log lines are written.
-    public enum LogFormat: String, Sendable { case text, json }
-
     /// PostgreSQL URL for the request path (the gateway's login role).
     public var databaseURL: String
     /// PostgreSQL URL for the LISTEN connection: must reach the primary directly
@@ -26,7 +23,7 @@ public struct GatewayConfiguration: Sendable {
     /// An older secret still accepted during key rotation.
     public var jwtPreviousSecret: String?
     /// Text or JSON logs.
-    public var logFormat: LogFormat
+    public var logFormat: Logger.Format
     /// The least severe log lines written (probes' request lines are `debug`).
     public var logLevel: Logger.Level
     /// Database connections per loop.
@@ -201,7 +198,7 @@ public struct GatewayConfiguration: Sendable {
         if let previous = jwtPreviousSecret, previous.utf8.count < 32 {
             throw SettingsError("invalid \(values.name("jwt-previous-secret")): must be at least 32 bytes")
         }
-        logFormat = LogFormat(rawValue: try values.choice("log-format", ["text", "json"])!)!
+        logFormat = Logger.Format(rawValue: try values.choice("log-format", ["text", "json"])!)!
         logLevel = Logger.Level(rawValue: try values.choice("log-level", Logger.Level.allCases.map(\.rawValue))!)!
         poolSize = try values.integer("pool-size", in: 1...1000)!
         databaseWaitSeconds = try values.duration("database-wait", maximumSeconds: 86_400)!

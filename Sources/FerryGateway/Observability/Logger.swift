@@ -13,6 +13,9 @@ import Foundation
 /// probes' request lines (`/healthz`, `/readyz`, `/metrics`: a balancer asks every
 /// few seconds) are `debug`.
 public final class Logger: Sendable {
+    /// How lines are written: `key=value` text or one JSON object a line.
+    public enum Format: String, Sendable { case text, json }
+
     /// Severity of an event, least severe first.
     public enum Level: String, Sendable, Comparable, CaseIterable {
         case debug, info, warning, error
@@ -23,14 +26,14 @@ public final class Logger: Sendable {
     }
 
     /// Text or JSON.
-    public let format: GatewayConfiguration.LogFormat
+    public let format: Format
     /// The least severe level written.
     public let minimumLevel: Level
     private let fileDescriptor: Int32
 
     /// A logger writing lines of `minimumLevel` and above to `fileDescriptor`
     /// (standard output by default).
-    public init(format: GatewayConfiguration.LogFormat, minimumLevel: Level = .info, fileDescriptor: Int32 = 1) {
+    public init(format: Format, minimumLevel: Level = .info, fileDescriptor: Int32 = 1) {
         self.format = format
         self.minimumLevel = minimumLevel
         self.fileDescriptor = fileDescriptor
@@ -215,7 +218,7 @@ enum Timestamp {
         /// The start every line shares: `<time> <level> <message>` as text, or
         /// `{"time":…,"level":…,"msg":…` (left open for more members) as JSON.
         mutating func appendLineStart(
-            format: GatewayConfiguration.LogFormat, level: Logger.Level, message: String, to bytes: inout [UInt8]
+            format: Logger.Format, level: Logger.Level, message: String, to bytes: inout [UInt8]
         ) {
             switch format {
             case .text:

@@ -46,14 +46,14 @@ struct PullCursorSealer: Sendable {
             let raw = Base64URL.decode(parts[0])
         else { return nil }
         let encoded = String(parts[0])
-        var expected = AccessTokenSigner.Digest()
+        var expected = HMACDigest()
         withUnsafeMutableBytes(of: &expected.bytes) { $0.copyBytes(from: given) }
         guard keys.contains(where: { mac($0, encoded, identity) == expected }) else { return nil }
         // Sealed by us, so ferry.pull wrote it: UTF-8.
         return String(decoding: raw, as: UTF8.self)
     }
 
-    private func mac(_ key: HMACKey, _ encoded: String, _ identity: Identity) -> AccessTokenSigner.Digest {
+    private func mac(_ key: HMACKey, _ encoded: String, _ identity: Identity) -> HMACDigest {
         let message = Array("\(encoded).\(identity.userID).\(identity.deviceID)".utf8)
         return message.withUnsafeBufferPointer { key.mac($0) }
     }

@@ -6,7 +6,7 @@ import Testing
 @Suite struct ObservabilityTests {
     /// Runs `body` with a logger writing into a pipe and returns what it wrote.
     private func captured(
-        _ format: GatewayConfiguration.LogFormat, minimumLevel: Logger.Level = .info, _ body: (Logger) -> Void
+        _ format: Logger.Format, minimumLevel: Logger.Level = .info, _ body: (Logger) -> Void
     ) throws -> String {
         let pipe = Pipe()
         let logger = Logger(
@@ -62,7 +62,7 @@ import Testing
 
     /// The access-log lines of a one-loop gateway (no database needed) asked `paths` in turn.
     private func accessLog(
-        _ format: GatewayConfiguration.LogFormat, paths: [String], level: Logger.Level = .info
+        _ format: Logger.Format, paths: [String], level: Logger.Level = .info
     ) async throws -> [String] {
         let pipe = Pipe()
         let logger = Logger(
