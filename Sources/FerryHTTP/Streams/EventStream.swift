@@ -51,3 +51,15 @@ public protocol EventStream: AnyObject {
     /// a protocol error, a dead socket). The stream is released afterwards.
     var onClose: (() -> Void)? { get set }
 }
+
+extension EventStream {
+    /// The end of a stream type's `connectionDidClose`: lets go of every callback (they
+    /// may hold the stream's owner) and calls ``onClose``, once.
+    func reportClosed() {
+        let onClose = self.onClose
+        self.onClose = nil
+        onMessage = nil
+        onWritable = nil
+        onClose?()
+    }
+}

@@ -153,10 +153,6 @@ public final class ServerSentEventStream: EventStream, TCPConnectionDelegate {
 
     public func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {
         isClosed = true
-        let onClose = self.onClose
-        self.onClose = nil
-        onMessage = nil
-        onWritable = nil
-        onClose?()
+        reportClosed()
     }
 }

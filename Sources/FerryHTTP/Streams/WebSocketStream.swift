@@ -327,10 +327,6 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             wslay_event_context_free(context)
             self.context = nil
         }
-        let onClose = self.onClose
-        self.onClose = nil
-        onMessage = nil
-        onWritable = nil
-        onClose?()
+        reportClosed()
     }
 }
