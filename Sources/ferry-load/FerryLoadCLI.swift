@@ -12,7 +12,8 @@ enum FerryLoadCLI {
         CommandLineTool(
             name: "ferry-load", summary: "ferry-load: Ferry's load generator (bench/README.md)",
             commands: [
-                SignUpCommand.self, IdleCommand.self, LatencyCommand.self, BroadcastCommand.self, ChurnCommand.self,
+                SignUpCommand.self, Measurements.Idle.self, Measurements.Latency.self, Measurements.Broadcast.self,
+                Measurements.Churn.self,
                 StreamsWorker.self,
             ])
     }
@@ -98,90 +99,6 @@ enum SignUpCommand: Command {
         printLine("signed_up \(users.count)")
         printLine("signup_seconds \(String(format: "%.1f", seconds))")
         printLine("signups_per_second \(Int(Double(users.count) / max(seconds, 0.001)))")
-        return ExitStatus.success
-    }
-}
-
-/// `ferry-load idle` (``Measurements/idle(_:)``).
-enum IdleCommand: Command {
-    static let name = "idle"
-    static let summary = "open N idle streams; the servers' resident memory per stream"
-    static let usage = "ferry-load idle --url U --tokens FILE --streams N --server-pids P[,P...] [stream options]"
-    static let settings =
-        [LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.serverPIDs]
-        + LoadSettings.streamOptions
-
-    static func run(_ values: SettingValues) throws -> Int32 {
-        try Measurements.idle(values)
-        return ExitStatus.success
-    }
-}
-
-/// `ferry-load latency` (``Measurements/latency(_:)``).
-enum LatencyCommand: Command {
-    static let name = "latency"
-    static let summary = "commit -> cue latency for random users among the N, and a bare LISTEN as the floor"
-    static let usage = """
-        ferry-load latency --url U --tokens FILE --streams N --database-url DB [--table bench_items]
-                           [--rate 200] [--seconds 20] [--write upsert|notify] [stream options]
-        """
-    static let settings =
-        [
-            LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.databaseURL,
-            Setting("table", default: "bench_items", help: "the table written (id text, user_id uuid, n int)"),
-            Setting("rate", default: "200", help: "statements a second"),
-            Setting("seconds", default: "20", help: "how long the writer writes"),
-            Setting("quiet-ms", default: "1000", help: "a user is written again only after this long"),
-            Setting("write", default: "upsert", help: "upsert (through the cue triggers) or notify (by hand)"),
-            Setting("server-pids", help: LoadSettings.serverPIDs.help, isOptional: true),
-        ] + LoadSettings.streamOptions
-
-    static func run(_ values: SettingValues) throws -> Int32 {
-        try Measurements.latency(values)
-        return ExitStatus.success
-    }
-}
-
-/// `ferry-load broadcast` (``Measurements/broadcast(_:)``).
-enum BroadcastCommand: Command {
-    static let name = "broadcast"
-    static let summary = "one statement on a shared table: commit -> the last stream's cue"
-    static let usage = """
-        ferry-load broadcast --url U --tokens FILE --streams N --database-url DB [--table bench_news]
-                             [--rounds 5] [stream options]
-        """
-    static let settings =
-        [
-            LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.databaseURL,
-            Setting("table", default: "bench_news", help: "the shared table written (id, body)"),
-            Setting("rounds", default: "5", help: "statements, a second apart"),
-            Setting("cue-timeout-seconds", default: "10", help: "how long a round waits for every stream's cue"),
-            Setting("server-pids", help: LoadSettings.serverPIDs.help, isOptional: true),
-        ] + LoadSettings.streamOptions
-
-    static func run(_ values: SettingValues) throws -> Int32 {
-        try Measurements.broadcast(values)
-        return ExitStatus.success
-    }
-}
-
-/// `ferry-load churn` (``Measurements/churn(_:)``).
-enum ChurnCommand: Command {
-    static let name = "churn"
-    static let summary = "open N streams, hang up, again: the servers' memory growth per stream lifecycle"
-    static let usage = """
-        ferry-load churn --url U --tokens FILE --streams N --server-pids P[,P...] [--rounds 40]
-                         [--pause-seconds 0] [stream options]
-        """
-    static let settings =
-        [
-            LoadSettings.url, LoadSettings.tokens, LoadSettings.streams, LoadSettings.serverPIDs,
-            Setting("rounds", default: "40", help: "rounds of opening and hanging up (at least 2)"),
-            Setting("pause-seconds", default: "0", help: "pause after each round"),
-        ] + LoadSettings.streamOptions
-
-    static func run(_ values: SettingValues) throws -> Int32 {
-        try Measurements.churn(values)
         return ExitStatus.success
     }
 }
