@@ -42,9 +42,12 @@ struct APIError: Error {
     /// `429 rate_limited` with `Retry-After`; `limit` says which limit was hit, e.g.
     /// "too many failed sign-ins from this address (20 per hour)".
     static func rateLimited(retryAfterSeconds: Int, limit: String = "too many requests") -> APIError {
-        APIError(
-            status: 429, code: "rate_limited", message: "\(limit); retry after \(retryAfterSeconds) s",
-            retryAfterSeconds: retryAfterSeconds)
+        rateLimited(retryAfterSeconds: retryAfterSeconds, message: "\(limit); retry after \(retryAfterSeconds) s")
+    }
+
+    /// `429 rate_limited` with `Retry-After` and `message` as it is.
+    static func rateLimited(retryAfterSeconds: Int, message: String) -> APIError {
+        APIError(status: 429, code: "rate_limited", message: message, retryAfterSeconds: retryAfterSeconds)
     }
 
     /// `500 internal` for a server bug or an unexpected answer.

@@ -64,9 +64,8 @@ final class RequestsInFlight: Sendable {
     }
 
     private static func refusal(_ what: String, retryAfterSeconds: Int = retryAfterSeconds) -> APIError {
-        APIError(
-            status: 429, code: "rate_limited",
-            message: "\(what) on this server; wait for an answer, or retry after \(retryAfterSeconds) s",
-            retryAfterSeconds: retryAfterSeconds)
+        .rateLimited(
+            retryAfterSeconds: retryAfterSeconds,
+            message: "\(what) on this server; wait for an answer, or retry after \(retryAfterSeconds) s")
     }
 }

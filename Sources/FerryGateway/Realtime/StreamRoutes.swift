@@ -72,10 +72,8 @@ struct StreamRoutes: Sendable {
     /// Counts a stream against the user's quota, or answers `429` and returns false.
     private func admit(_ claims: AccessTokenClaims, _ responder: HTTPResponder) -> Bool {
         guard quota.take(claims.userID) else {
-            var refusal = APIError(
-                status: 429, code: "rate_limited",
-                message: "this user already has \(quota.limit) streams open; close one first")
-            refusal.retryAfterSeconds = 5
+            let refusal = APIError.rateLimited(
+                retryAfterSeconds: 5, message: "this user already has \(quota.limit) streams open; close one first")
             responder.respond(refusal.response)
             return false
         }
