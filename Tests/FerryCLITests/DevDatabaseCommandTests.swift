@@ -182,15 +182,16 @@ struct ThrowawayDevState {
         let port = try freePort()
         let log = root.appendingPathComponent("dev.log").path
         let child = try ChildProcess(
-            try ferryExecutable().path, ["dev", "--listen", "127.0.0.1:\(port)", "--sql-root", MigratorTests.sqlRoot],
+            try TestRepository.ferryExecutable().path,
+            ["dev", "--listen", "127.0.0.1:\(port)", "--sql-root", TestRepository.sqlRoot],
             environment: ["PATH": "/usr/bin:/bin"].merging(environment(port: self.port)) { _, given in given },
             output: log, errors: log)
         try await eventually("ferry dev answering /healthz on 127.0.0.1:\(port)", seconds: 120) {
             !child.isRunning || (try? get("/healthz", port: port))?.status == 200
         }
         guard child.isRunning else {
-            throw AccountsTestError(
-                "ferry dev ended (\(String(describing: child.ended))): "
+            throw ChildProcessError(
+                description: "ferry dev ended (\(String(describing: child.ended))): "
                     + ((try? String(contentsOfFile: log, encoding: .utf8)) ?? ""))
         }
         return (child, port, log)

@@ -20,21 +20,21 @@ import Testing
     /// directories of migrations, `first` and `second`, whose one file each writes the
     /// directory's name into `log`.
     struct Migrations {
-        let ferry: MigratorTests.MigrationFiles
-        let first: MigratorTests.MigrationFiles
-        let second: MigratorTests.MigrationFiles
+        let ferry: MigrationFiles
+        let first: MigrationFiles
+        let second: MigrationFiles
         /// The `--sql-root` holding `ferry/`.
         var sqlRoot: String { ferry.directory.deletingLastPathComponent().path }
     }
 
     /// A fresh database and ``Migrations``; all removed afterwards.
     func withMigrations(_ body: (TestDatabase, Migrations) async throws -> Void) async throws {
-        func writing(_ label: String) throws -> MigratorTests.MigrationFiles {
-            try MigratorTests.MigrationFiles(
+        func writing(_ label: String) throws -> MigrationFiles {
+            try MigrationFiles(
                 ["0001_\(label).sql": "insert into log (entry) values ('\(label)');"], label: label)
         }
         let files = Migrations(
-            ferry: try MigratorTests.MigrationFiles(Self.ferryFiles, label: "ferry"), first: try writing("first"),
+            ferry: try MigrationFiles(Self.ferryFiles, label: "ferry"), first: try writing("first"),
             second: try writing("second"))
         defer {
             for directory in [files.ferry, files.first, files.second] { directory.remove() }
@@ -173,7 +173,7 @@ import Testing
     @Test func aFailingFileExits1NamingItAndItsSQLStateAndKeepsTheFilesBefore() async throws {
         try await withMigrations { database, files in
             let sqlRoot = files.sqlRoot
-            let app = try MigratorTests.MigrationFiles(
+            let app = try MigrationFiles(
                 [
                     "0001_fine.sql": "insert into log (entry) values ('fine');",
                     "0002_broken.sql": "insert into log (entry) values ('broken'); select 1 / 0;",
@@ -191,7 +191,7 @@ import Testing
     @Test func anEditedAppliedFileExits1AndAppliesNothing() async throws {
         try await withMigrations { database, files in
             let sqlRoot = files.sqlRoot
-            let app = try MigratorTests.MigrationFiles(["0001_a.sql": "insert into log (entry) values ('a');"])
+            let app = try MigrationFiles(["0001_a.sql": "insert into log (entry) values ('a');"])
             defer { app.remove() }
             #expect(
                 try await migrate(["--sql-root", sqlRoot, "--dir", app.directory.path], url: database.url).status == 0)
@@ -205,7 +205,7 @@ import Testing
 
     @Test func anInvalidURLIsABadSettingExit2() async throws {
         let run = try await runFerry(
-            ["migrate", "--sql-root", MigratorTests.sqlRoot, "--database-url", "postgresql://[broken"],
+            ["migrate", "--sql-root", TestRepository.sqlRoot, "--database-url", "postgresql://[broken"],
             databaseURL: nil)
         #expect(run.status == 2 && run.errors.hasPrefix("ferry migrate: invalid --database-url"), "\(run.errors)")
     }

@@ -138,4 +138,7 @@ public final class ChildProcess: Sendable {
 /// Why a child process could not start.
 public struct ChildProcessError: Error, CustomStringConvertible {
     public var description: String
+
+    /// An error saying `description`.
+    public init(description: String) { self.description = description }
 }

@@ -67,3 +67,35 @@ public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) asy
         DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
     }
 }
+
+/// A temporary directory named `label` (`app` unless given) holding `files` (path →
+/// SQL, e.g. `functions/f.sql`), for migrations a test writes; removed by ``remove()``.
+public struct MigrationFiles: Sendable {
+    /// The directory, named `label`.
+    public let directory: URL
+
+    /// Writes `files` into a fresh directory named `label`.
+    public init(_ files: [String: String], label: String = "app") throws {
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("ferry-migrator-\(UUID().uuidString)")
+            .appendingPathComponent(label)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        for (name, sql) in files { try write(name, sql) }
+    }
+
+    /// Writes (or rewrites) the file `name`.
+    public func write(_ name: String, _ sql: String) throws {
+        let file = directory.appendingPathComponent(name)
+        try FileManager.default.createDirectory(
+            at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try sql.write(to: file, atomically: true, encoding: .utf8)
+    }
+
+    /// Deletes the file `name`.
+    public func delete(_ name: String) throws {
+        try FileManager.default.removeItem(at: directory.appendingPathComponent(name))
+    }
+
+    /// Removes the directory and what it holds.
+    public func remove() { try? FileManager.default.removeItem(at: directory.deletingLastPathComponent()) }
+}

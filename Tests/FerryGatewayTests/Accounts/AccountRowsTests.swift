@@ -1,4 +1,5 @@
 import FerryPostgres
+import FerryTestSupport
 import Foundation
 import Testing
 

@@ -40,14 +40,6 @@ func withStartedGateway<T>(
     }
 }
 
-/// Asks `path` on a fresh connection.
-func get(_ path: String, port: Int) throws -> HTTPTestResponse {
-    let client = try HTTPTestClient(port: port)
-    defer { client.close() }
-    try client.send("GET \(path) HTTP/1.1\r\nHost: test\r\n\r\n")
-    return try client.readResponse()
-}
-
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct GatewayTests {
     /// Asks `/readyz` until it answers 200 or about five seconds pass (the listener

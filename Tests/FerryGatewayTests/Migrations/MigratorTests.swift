@@ -12,35 +12,6 @@ import Testing
     /// The repository's `sql/` directory, for Ferry's own migrations.
     static let sqlRoot = TestRepository.sqlRoot
 
-    /// A temporary directory named `label` (`app` unless given) holding `files` (path →
-    /// SQL, e.g. `functions/f.sql`); removed by ``remove()``.
-    struct MigrationFiles {
-        let directory: URL
-
-        init(_ files: [String: String], label: String = "app") throws {
-            directory = FileManager.default.temporaryDirectory
-                .appendingPathComponent("ferry-migrator-\(UUID().uuidString)")
-                .appendingPathComponent(label)
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            for (name, sql) in files { try write(name, sql) }
-        }
-
-        func write(_ name: String, _ sql: String) throws {
-            let file = directory.appendingPathComponent(name)
-            try FileManager.default.createDirectory(
-                at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try sql.write(to: file, atomically: true, encoding: .utf8)
-        }
-
-        func delete(_ name: String) throws {
-            try FileManager.default.removeItem(at: directory.appendingPathComponent(name))
-        }
-
-        var migrator: Migrator { Migrator(directories: [MigrationDirectory(path: directory.path)]) }
-
-        func remove() { try? FileManager.default.removeItem(at: directory.deletingLastPathComponent()) }
-    }
-
     /// Runs `body` with a fresh database, a connection to it and the given files.
     func withMigrations(
         _ files: [String: String], label: String = "app",
@@ -542,4 +513,9 @@ import Testing
         }
         #expect(roles[0, 0] == "2")
     }
+}
+
+extension MigrationFiles {
+    /// A migrator of this one directory.
+    var migrator: Migrator { Migrator(directories: [MigrationDirectory(path: directory.path)]) }
 }

@@ -1,5 +1,6 @@
 import FerryCommandLine
 import FerryGateway
+import FerryTestSupport
 import Foundation
 import Testing
 

@@ -12,8 +12,8 @@ import Testing
 /// token's three parts.
 /// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
 @Suite(.timeLimit(.minutes(5))) struct TokenLoggingTests {
-    @Test(arguments: [GatewayConfiguration.LogFormat.text, .json])
-    func noTokenReachesTheLog(format: GatewayConfiguration.LogFormat) async throws {
+    @Test(arguments: [Logger.Format.text, .json])
+    func noTokenReachesTheLog(format: Logger.Format) async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-tokens-\(UUID()).log").path
         let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         try #require(descriptor >= 0, "cannot create \(path)")

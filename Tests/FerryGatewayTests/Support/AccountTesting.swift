@@ -255,74 +255,6 @@ func withAccountsGateway<T>(
     }
 }
 
-// MARK: - JSON over HTTP
-
-/// A response with its body read as a JSON object (when it is one).
-struct APIResponse: Sendable {
-    let raw: HTTPTestResponse
-
-    var status: Int { raw.status }
-    func header(_ name: String) -> String? { raw.header(name) }
-
-    /// The body as a JSON object, or nil.
-    var object: [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(raw.body), options: [.fragmentsAllowed])) as? [String: Any]
-    }
-
-    /// The value at a path of object keys.
-    func value(_ path: String...) -> Any? {
-        var current: Any? = object
-        for key in path { current = (current as? [String: Any])?[key] }
-        return current
-    }
-
-    func string(_ path: String...) -> String? {
-        var current: Any? = object
-        for key in path { current = (current as? [String: Any])?[key] }
-        return current as? String
-    }
-
-    /// `error.code` of a PROTOCOL error body.
-    var code: String? { string("error", "code") }
-    /// `error.retryable` of a PROTOCOL error body.
-    var retryable: Bool? { value("error", "retryable") as? Bool }
-    /// Whether `key` is present with a JSON null.
-    func isNull(_ path: String...) -> Bool {
-        var current: Any? = object
-        for key in path.dropLast() { current = (current as? [String: Any])?[key] }
-        guard let last = path.last, let container = current as? [String: Any], let found = container[last] else {
-            return false
-        }
-        return found is NSNull
-    }
-}
-
-extension APIResponse: CustomStringConvertible {
-    var description: String { "\(status) \(raw.text)" }
-}
-
-/// Sends one request on a fresh connection and reads its answer. `json` is encoded
-/// as the body, or `body` is sent as it is (as JSON); `source` is the client's address
-/// (127.0.0.0/8).
-func call(
-    _ method: String, _ path: String, port: Int, token: String? = nil, json: [String: Any]? = nil,
-    body raw: [UInt8]? = nil, headers: [(String, String)] = [], source: String? = nil
-) async throws -> APIResponse {
-    var all = headers
-    if let token { all.append(("Authorization", "Bearer \(token)")) }
-    var body: [UInt8] = raw ?? []
-    if let json { body = Array(try JSONSerialization.data(withJSONObject: json)) }
-    if json != nil || raw != nil { all.append(("Content-Type", "application/json")) }
-    let headers = all
-    let bytes = body
-    let raw = try await offload {
-        let client = try HTTPTestClient(port: port, timeout: 15, source: source)
-        defer { client.close() }
-        return try client.request(method, path, headers: headers, body: bytes)
-    }
-    return APIResponse(raw: raw)
-}
-
 // MARK: - The account steps
 
 /// What a client holds after signing up or in.
@@ -353,7 +285,7 @@ extension AccountsGateway {
         _ method: String, _ path: String, token: String? = nil, json: [String: Any]? = nil, body: [UInt8]? = nil,
         headers: [(String, String)] = [], source: String? = nil
     ) async throws -> APIResponse {
-        try await FerryGatewayTests.call(
+        try await FerryTestSupport.call(
             method, path, port: port, token: token, json: json, body: body, headers: headers, source: source)
     }
 

@@ -1,5 +1,6 @@
 import FerryAuth
 import FerryPostgres
+import FerryTestSupport
 import Foundation
 import Testing
 
