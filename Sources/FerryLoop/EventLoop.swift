@@ -104,20 +104,6 @@ public final class EventLoop: @unchecked Sendable {
         uv_async_send(wakeup)
     }
 
-    /// Runs `body` on this loop and returns its result, blocking the calling thread until
-    /// it has run. Call it off the loop, which would otherwise wait for itself.
-    public func runAndWait<Value>(_ body: @escaping @Sendable () -> Value) -> Value {
-        precondition(!inEventLoop, "runAndWait on the loop's own thread would never return")
-        let handoff = Handoff<Value>()
-        let done = DispatchSemaphore(value: 0)
-        execute {
-            handoff.value = body()
-            done.signal()
-        }
-        done.wait()
-        return handoff.value!
-    }
-
     /// Whether the caller is on this loop's thread.
     public var inEventLoop: Bool {
         threadID.load(ordering: .relaxed) == UInt(bitPattern: Int(bitPattern: pthread_self()))
@@ -158,13 +144,6 @@ public final class EventLoop: @unchecked Sendable {
         uv_loop_close(uv)
         isTornDown = true
     }
-}
-
-/// Carries ``EventLoop/runAndWait(_:)``'s result to the waiting thread. Unchecked: the
-/// loop writes it before `signal()`, the thread reads it after `wait()`, and the
-/// semaphore orders the two.
-private final class Handoff<Value>: @unchecked Sendable {
-    var value: Value?
 }
 
 /// A value that belongs to one event loop, checked on every access.

@@ -34,6 +34,15 @@ public final class BlockingHandoff<Value>: @unchecked Sendable {
 }
 
 extension EventLoop {
+    /// Runs `body` on this loop and returns its result, blocking the calling thread until
+    /// it has run. Call it off the loop, which would otherwise wait for itself.
+    public func runAndWait<Value>(_ body: @escaping @Sendable () -> Value) -> Value {
+        precondition(!inEventLoop, "runAndWait on the loop's own thread would never return")
+        let handoff = BlockingHandoff<Value>()
+        execute { handoff.hand(body()) }
+        return handoff.wait()!
+    }
+
     /// Runs `body` on this loop and blocks the calling thread until `body` hands its
     /// callback a value (at once, or later from another of the loop's callbacks);
     /// returns that value, or nil once `timeout` has passed. Call it off the loop,
