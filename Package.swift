@@ -8,20 +8,22 @@ let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLe
 
 /// Ferry: a self-hosted sync gateway for offline-first apps.
 ///
-/// Modules depend one way, bottom to top (see docs/ARCHITECTURE.md):
+/// Modules depend one way, bottom to top; docs/ARCHITECTURE.md ("Modules") has the map:
 ///
-///     C shims (CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto; CFerryBuild)
-///     FerryLoop                  event loops, TCP, timers, worker threads, blocking hand-off
-///     FerryJSON                  JSON strings written and objects read on bytes
-///     FerryCommandLine           flags and FERRY_* variables, commands, --help
-///     FerryHTTP  FerryPostgres   HTTP/1.1 server, streams, a WebSocket client; async libpq
-///     FerryAuth                  tokens, crypto, password hashing, rate and concurrency limits
-///     FerryGateway               the application: App/, API/, Accounts/, Sync/, Realtime/,
-///                                Observability/, Migrations/
 ///     ferry                      the CLI
+///     FerryGateway               the application: App/, API/, Accounts/, Sync/,
+///                                Realtime/, Observability/, Migrations/
+///     FerryAuth                  tokens, crypto, password hashing, rate limits: no
+///                                database, no HTTP
+///     FerryHTTP  FerryPostgres   HTTP/1.1 server, streams, a WebSocket client; async libpq
+///     FerryCommandLine           flags and FERRY_* variables, commands, --help
+///     FerryJSON                  JSON written and read on bytes
+///     FerryLoop                  event loops, TCP, worker threads, blocking hand-off
+///     C shims                    CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto;
+///                                CFerryBuild (the build's commit), the one with code
 ///
-/// FerryAuth needs no database and no HTTP; FerryLoad (the load generator's clients) and
-/// ferry-load sit beside the gateway, on FerryLoop, FerryHTTP and FerryPostgres.
+/// FerryLoad and ferry-load, the load generator, sit beside the gateway on FerryLoop,
+/// FerryHTTP, FerryPostgres and FerryCommandLine.
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
@@ -71,14 +73,14 @@ let package = Package(
         .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop"]),
         .testTarget(name: "FerryJSONTests", dependencies: ["FerryJSON"]),
         .testTarget(name: "FerryCommandLineTests", dependencies: ["FerryCommandLine"]),
+        .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryAuthTests", dependencies: ["FerryAuth", "FerryLoop", "FerryTestSupport"]),
         .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
         // Need PostgreSQL (some of their suites do not):
-        .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
         .testTarget(
             name: "FerryGatewayTests",
-            dependencies: ["FerryGateway", "FerryAuth", "FerryJSON", "FerryCommandLine", "FerryTestSupport"]),
+            dependencies: ["FerryGateway", "FerryAuth", "FerryCommandLine", "FerryTestSupport"]),
         /// The `ferry` binary's commands, run as processes.
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryGateway", "FerryTestSupport"]),
     ]

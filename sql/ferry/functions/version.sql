@@ -1,5 +1,5 @@
 -- The version of Ferry's SQL. ferry serve starts, and /readyz is ready, only while it is
--- at least the binary's Ferry.requiredSchemaVersion (Sources/FerryGateway/Ferry.swift):
+-- at least the binary's Ferry.requiredSchemaVersion (Sources/FerryGateway/App/Ferry.swift):
 -- at least, so that during a rolling deploy the older gateways stay ready after the
 -- database moved on. Raise both together whenever the binary starts relying on changed
 -- SQL (a function it calls that is new or answers differently, a column it reads); a
