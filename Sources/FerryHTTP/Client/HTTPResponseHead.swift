@@ -41,7 +41,7 @@ public struct HTTPResponseHead: Equatable, Sendable {
         for line in lines where !line.isEmpty {
             guard let colon = line.firstIndex(of: ":") else { return .invalid }
             let name = line[..<colon].lowercased()
-            let value = line[line.index(after: colon)...].trimmingSpaces()
+            let value = line[line.index(after: colon)...].trimmingASCIISpaces
             headers[name] = value
         }
         return .complete(HTTPResponseHead(status: status, headers: headers, length: end + 4 - bytes.startIndex))
@@ -58,11 +58,5 @@ public struct HTTPResponseHead: Equatable, Sendable {
             index += 1
         }
         return nil
-    }
-}
-
-extension Substring {
-    fileprivate func trimmingSpaces() -> String {
-        String(drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
     }
 }

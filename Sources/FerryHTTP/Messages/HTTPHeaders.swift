@@ -82,3 +82,15 @@ extension String {
         return true
     }
 }
+
+extension StringProtocol where UTF8View: BidirectionalCollection {
+    /// The text without the spaces and tabs around it (a field value's optional
+    /// whitespace, RFC 9110 §5.6.3).
+    var trimmingASCIISpaces: String {
+        let bytes = utf8
+        guard let first = bytes.firstIndex(where: { $0 != 0x20 && $0 != 0x09 }),
+            let last = bytes.lastIndex(where: { $0 != 0x20 && $0 != 0x09 })
+        else { return "" }
+        return String(self[first...last])
+    }
+}

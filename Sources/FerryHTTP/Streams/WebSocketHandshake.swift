@@ -73,14 +73,3 @@ public struct WebSocketHandshake: Sendable, Equatable {
         list.split(separator: ",").contains { String($0).trimmingASCIISpaces.equalsIgnoringASCIICase(token) }
     }
 }
-
-extension String {
-    /// The string without leading and trailing spaces and tabs.
-    fileprivate var trimmingASCIISpaces: String {
-        let bytes = utf8
-        guard let first = bytes.firstIndex(where: { $0 != 0x20 && $0 != 0x09 }),
-            let last = bytes.lastIndex(where: { $0 != 0x20 && $0 != 0x09 })
-        else { return "" }
-        return String(self[first...last])
-    }
-}
