@@ -276,9 +276,9 @@ private final class TestServer {
         let client = try server.client(timeout: 3)
         let started = ContinuousClock.now
         try client.send("GET /healthz HTTP/1.1\r\nHost:")
+        // Closed within the client's three seconds, and not before the timeout was due.
         #expect(client.waitForClose())
-        let elapsed = ContinuousClock.now - started
-        #expect(elapsed >= .milliseconds(150) && elapsed < .seconds(2))
+        #expect(ContinuousClock.now - started >= .milliseconds(150))
         #expect(client.unreadBytes.isEmpty, "closed without a response")
     }
 

@@ -159,11 +159,10 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
             var configuration = database.configuration
             configuration.statementTimeoutMilliseconds = 200
             let client = try await PostgresClient.connect(configuration)
-            let started = Date()
+            // 57014 is the server cancelling the statement, not the sleep running out.
             await #expect {
                 try await client.query("select pg_sleep(5)")
             } throws: { ($0 as? PostgresError)?.sqlState == "57014" }
-            #expect(Date().timeIntervalSince(started) < 3)
             #expect(try await client.query("show statement_timeout")[0, 0] == "200ms")
             await client.close()
         }

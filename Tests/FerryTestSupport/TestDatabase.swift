@@ -58,8 +58,17 @@ public struct TestDatabase: Sendable {
     }
 
     /// Creates a database, runs `body` with it, and drops it whether `body` throws or not.
+    ///
+    /// At most ``TestDatabaseSlots/width`` tests hold one at a time; the others wait for a
+    /// slot (a `with` inside another's `body` takes none).
     public static func with<T>(
         prefix: String = "ferry_test", _ body: (TestDatabase) async throws -> T
+    ) async throws -> T {
+        try await TestDatabaseSlots.shared.holding { try await withoutSlot(prefix: prefix, body) }
+    }
+
+    private static func withoutSlot<T>(
+        prefix: String, _ body: (TestDatabase) async throws -> T
     ) async throws -> T {
         let database = try await create(prefix: prefix)
         do {
@@ -136,4 +145,50 @@ public struct TestDatabaseError: Error, CustomStringConvertible {
     /// What went wrong and what to do.
     public let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// The bound on tests holding a database at once. Swift Testing starts every test at the
+/// same moment; unbounded, the gateways' pools (up to eight connections each) and the
+/// tests' own clients fill the server's connection slots on a loaded machine, and
+/// requests fail with `503` for no fault of the code under test.
+public actor TestDatabaseSlots {
+    /// How many tests may hold a database at once.
+    public static let width = 16
+    /// The one bound of the test process.
+    public static let shared = TestDatabaseSlots()
+
+    @TaskLocal private static var isHolding = false
+
+    private var free = TestDatabaseSlots.width
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// Runs `body` holding a slot, waiting for one first unless this task already holds one.
+    public nonisolated func holding<T>(_ body: () async throws -> T) async throws -> T {
+        if Self.isHolding { return try await body() }
+        await acquire()
+        do {
+            let value = try await Self.$isHolding.withValue(true) { try await body() }
+            await release()
+            return value
+        } catch {
+            await release()
+            throw error
+        }
+    }
+
+    private func acquire() async {
+        if free > 0 {
+            free -= 1
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    private func release() {
+        if waiting.isEmpty {
+            free += 1
+        } else {
+            waiting.removeFirst().resume()
+        }
+    }
 }
