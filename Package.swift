@@ -26,11 +26,12 @@ let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLe
 /// FerryHTTP, FerryPostgres and FerryCommandLine.
 let package = Package(
     name: "Ferry",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v15), .iOS(.v17)],
     products: [
         .executable(name: "ferry", targets: ["ferry"]),
         .executable(name: "ferry-load", targets: ["ferry-load"]),
         .library(name: "FerryGateway", targets: ["FerryGateway"]),
+        .library(name: "FerryClient", targets: ["FerryClient"]),
     ],
     targets: [
         // MARK: - C libraries from Debian
@@ -63,6 +64,10 @@ let package = Package(
         .executableTarget(
             name: "ferry-load", dependencies: ["FerryLoad", "FerryLoop", "FerryPostgres", "FerryCommandLine"]),
 
+        // MARK: - Client
+        /// The Swift SDK an app links alone: Foundation only, never another Ferry module.
+        .target(name: "FerryClient", path: "Sources/FerryClient"),
+
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, small socket clients,
         /// the built binaries run as child processes.
@@ -81,6 +86,10 @@ let package = Package(
         .testTarget(
             name: "FerryGatewayTests",
             dependencies: ["FerryGateway", "FerryAuth", "FerryCommandLine", "FerryTestSupport"]),
+        /// FerryClient, unit tests and against an in-process gateway.
+        .testTarget(
+            name: "FerryClientTests",
+            dependencies: ["FerryClient", "FerryGateway", "FerryAuth", "FerryCommandLine", "FerryTestSupport"]),
         /// The `ferry` binary's commands, run as processes.
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryGateway", "FerryTestSupport"]),
     ]
