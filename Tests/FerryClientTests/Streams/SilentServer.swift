@@ -1,0 +1,62 @@
+import FerryTestSupport
+import Glibc
+import Synchronization
+
+/// A loopback TCP server that accepts connections, writes `greeting` on each (nothing,
+/// or an SSE head and a `hello`) and then stays silent, holding them open: a server
+/// whose connection died without a FIN, as a phone's NAT or a crashed proxy leaves one.
+/// Accepts at most 50 connections, and none after ``close()``.
+final class SilentServer: Sendable {
+    let port: Int
+    // Not Sendable as a class, but only its `fd`, set at init and never changed, is
+    // read here, and its deinit closes it once nothing uses the server any more.
+    nonisolated(unsafe) private let listener: LoopbackSocket
+    private let greeting: [UInt8]
+    private let state = Mutex<(accepted: [Int32], closed: Bool)>(([], false))
+    private let acceptor = Mutex<Task<Void, Never>?>(nil)
+
+    /// Listens on a free loopback port and starts accepting.
+    init(greeting: String = "") throws {
+        listener = try LoopbackSocket(listening: true)
+        port = listener.port
+        self.greeting = Array(greeting.utf8)
+        let task = Task.detached { [self] in await self.acceptLoop() }
+        acceptor.withLock { $0 = task }
+    }
+
+    /// How many connections it accepted.
+    var accepted: Int { state.withLock { $0.accepted.count } }
+
+    /// Closes every accepted connection and stops accepting.
+    func close() async {
+        let task = acceptor.withLock { $0 }
+        let open = state.withLock { state -> [Int32] in
+            state.closed = true
+            defer { state.accepted = [] }
+            return state.accepted
+        }
+        await task?.value
+        for fd in open { Glibc.close(fd) }
+    }
+
+    private func acceptLoop() async {
+        let listening = listener.fd
+        // Polls in short steps off the cooperative pool, so close() is seen promptly; two
+        // minutes at most.
+        for _ in 0..<1200 where accepted < 50 {
+            let fd: Int32? = try? await offload {
+                var ready = pollfd(fd: listening, events: Int16(POLLIN), revents: 0)
+                guard poll(&ready, 1, 100) > 0 else { return nil }
+                let fd = accept(listening, nil, nil)
+                return fd >= 0 ? fd : nil
+            }
+            if state.withLock({ $0.closed }) {
+                if let fd { Glibc.close(fd) }
+                return
+            }
+            guard let fd else { continue }
+            _ = greeting.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            state.withLock { $0.accepted.append(fd) }
+        }
+    }
+}
