@@ -130,6 +130,11 @@ import Testing
             let events = await log.events
             #expect(events.contains(.disconnected(reason: "silent for 0.4 seconds")), "\(events)")
             #expect(server.accepted >= 2)
+            // The token travels in the Authorization header, never in the URL.
+            let request = try #require(server.requests.first).lowercased()
+            #expect(request.hasPrefix("get /v1/events http/1.1\r\n"), "\(request)")
+            #expect(request.contains("\r\nauthorization: bearer token\r\n"), "\(request)")
+            #expect(!request.contains("access_token"), "\(request)")
         }
         await server.close()
     }

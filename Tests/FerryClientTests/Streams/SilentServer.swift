@@ -12,7 +12,7 @@ final class SilentServer: Sendable {
     // read here, and its deinit closes it once nothing uses the server any more.
     nonisolated(unsafe) private let listener: LoopbackSocket
     private let greeting: [UInt8]
-    private let state = Mutex<(accepted: [Int32], closed: Bool)>(([], false))
+    private let state = Mutex<(accepted: [Int32], closed: Bool, requests: [String])>(([], false, []))
     private let acceptor = Mutex<Task<Void, Never>?>(nil)
 
     /// Listens on a free loopback port and starts accepting.
@@ -26,6 +26,9 @@ final class SilentServer: Sendable {
 
     /// How many connections it accepted.
     var accepted: Int { state.withLock { $0.accepted.count } }
+
+    /// The first bytes (up to 4 KiB) each connection sent, in order of acceptance.
+    var requests: [String] { state.withLock { $0.requests } }
 
     /// Closes every accepted connection and stops accepting.
     func close() async {
@@ -55,8 +58,26 @@ final class SilentServer: Sendable {
                 return
             }
             guard let fd else { continue }
+            let request = (try? await offload { Self.readRequest(fd) }) ?? ""
             _ = greeting.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            state.withLock { $0.accepted.append(fd) }
+            state.withLock {
+                $0.accepted.append(fd)
+                $0.requests.append(request)
+            }
         }
+    }
+
+    /// What the client sent until the end of its head (or 4 KiB, or a second of silence).
+    private static func readRequest(_ fd: Int32) -> String {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        for _ in 0..<64 where bytes.count < 4096 && !bytes.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) {
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, 1000) > 0 else { break }
+            let count = recv(fd, &chunk, chunk.count, 0)
+            guard count > 0 else { break }
+            bytes += chunk[..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
