@@ -1,4 +1,5 @@
 import FerryTestSupport
+import Foundation
 import Glibc
 import Synchronization
 
@@ -6,22 +7,25 @@ import Synchronization
 /// or an SSE head and a `hello`) and then stays silent, holding them open: a server
 /// whose connection died without a FIN, as a phone's NAT or a crashed proxy leaves one.
 /// Accepts at most 50 connections, and none after ``close()``.
+///
+/// It accepts on a thread of its own, not on GCD's global queue, which the suite's
+/// blocking tests can keep busy for seconds on a loaded machine.
 final class SilentServer: Sendable {
     let port: Int
     // Not Sendable as a class, but only its `fd`, set at init and never changed, is
     // read here, and its deinit closes it once nothing uses the server any more.
     nonisolated(unsafe) private let listener: LoopbackSocket
     private let greeting: [UInt8]
-    private let state = Mutex<(accepted: [Int32], closed: Bool, requests: [String])>(([], false, []))
-    private let acceptor = Mutex<Task<Void, Never>?>(nil)
+    private let state = Mutex<(accepted: [Int32], closed: Bool, requests: [String], done: Bool)>(
+        ([], false, [], false))
 
     /// Listens on a free loopback port and starts accepting.
     init(greeting: String = "") throws {
         listener = try LoopbackSocket(listening: true)
         port = listener.port
         self.greeting = Array(greeting.utf8)
-        let task = Task.detached { [self] in await self.acceptLoop() }
-        acceptor.withLock { $0 = task }
+        let thread = Thread { [self] in self.acceptLoop() }
+        thread.start()
     }
 
     /// How many connections it accepted.
@@ -30,35 +34,26 @@ final class SilentServer: Sendable {
     /// The first bytes (up to 4 KiB) each connection sent, in order of acceptance.
     var requests: [String] { state.withLock { $0.requests } }
 
-    /// Closes every accepted connection and stops accepting.
+    /// Closes every accepted connection and stops accepting (waits for the thread, 10 s at most).
     func close() async {
-        let task = acceptor.withLock { $0 }
+        state.withLock { $0.closed = true }
+        for _ in 0..<400 where !state.withLock({ $0.done }) { try? await Task.sleep(for: .milliseconds(25)) }
         let open = state.withLock { state -> [Int32] in
-            state.closed = true
             defer { state.accepted = [] }
             return state.accepted
         }
-        await task?.value
         for fd in open { Glibc.close(fd) }
     }
 
-    private func acceptLoop() async {
-        let listening = listener.fd
-        // Polls in short steps off the cooperative pool, so close() is seen promptly; two
-        // minutes at most.
-        for _ in 0..<1200 where accepted < 50 {
-            let fd: Int32? = try? await offload {
-                var ready = pollfd(fd: listening, events: Int16(POLLIN), revents: 0)
-                guard poll(&ready, 1, 100) > 0 else { return nil }
-                let fd = accept(listening, nil, nil)
-                return fd >= 0 ? fd : nil
-            }
-            if state.withLock({ $0.closed }) {
-                if let fd { Glibc.close(fd) }
-                return
-            }
-            guard let fd else { continue }
-            let request = (try? await offload { Self.readRequest(fd) }) ?? ""
+    private func acceptLoop() {
+        defer { state.withLock { $0.done = true } }
+        // Polls in 100 ms steps, so close() is seen promptly; two minutes at most.
+        for _ in 0..<1200 where accepted < 50 && !state.withLock({ $0.closed }) {
+            var ready = pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, 100) > 0 else { continue }
+            let fd = accept(listener.fd, nil, nil)
+            guard fd >= 0 else { continue }
+            let request = Self.readRequest(fd)
             _ = greeting.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             state.withLock {
                 $0.accepted.append(fd)

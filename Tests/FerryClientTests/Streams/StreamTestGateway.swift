@@ -244,7 +244,8 @@ actor StreamEventLog {
     func count(where predicate: (CueStream.Event) -> Bool) -> Int { events.filter(predicate).count }
 
     /// Waits (bounded) until `count` events are `event`.
-    nonisolated func waitFor(_ event: CueStream.Event, count: Int = 1, seconds: Double = 20) async throws {
+    /// (A minute unless told: on a loaded machine URLSession's own queues wait their turn.)
+    nonisolated func waitFor(_ event: CueStream.Event, count: Int = 1, seconds: Double = 60) async throws {
         do {
             try await eventually("\(count) × \(event)", seconds: seconds) { await self.count(event) >= count }
         } catch {
