@@ -33,13 +33,16 @@ public actor CueStream {
     public struct Configuration: Sendable {
         /// Which transport carries the stream.
         public enum Transport: Sendable, Equatable {
-            /// WebSocket where URLSession has it (Apple platforms), falling back to SSE for
-            /// good once a WebSocket fails before it opened; SSE elsewhere.
+            /// WebSocket where URLSession has it (Apple platforms, in builds that define
+            /// `FERRY_CLIENT_WEBSOCKET`: the WebSocket path has not been run on a device
+            /// yet), falling back to SSE for good once a WebSocket fails before it opened;
+            /// SSE elsewhere.
             case automatic
             /// Server-Sent Events (`GET /v1/events`) on every platform.
             case serverSentEvents
-            /// WebSocket (`GET /v1/stream`) with no fallback, on Apple platforms; SSE elsewhere
-            /// (Linux's URLSession has no WebSocket).
+            /// WebSocket (`GET /v1/stream`) with no fallback, on Apple platforms in builds
+            /// that define `FERRY_CLIENT_WEBSOCKET`; SSE elsewhere (Linux's URLSession has
+            /// no WebSocket).
             case webSocket
         }
 
@@ -120,7 +123,7 @@ public actor CueStream {
             backoffBase: configuration.backoffBase, backoffCap: configuration.backoffCap,
             openTimeout: configuration.openTimeout, healthyAfter: configuration.healthyAfter,
             random: configuration.random)
-        #if canImport(Darwin)
+        #if canImport(Darwin) && FERRY_CLIENT_WEBSOCKET
             settings.transport = configuration.transport == .serverSentEvents ? .serverSentEvents : .webSocket
             settings.fallsBackToServerSentEvents = configuration.transport == .automatic
         #else
@@ -251,7 +254,7 @@ public actor CueStream {
     ) -> any CueStreamConnection {
         // The URLSession's own idle timeout is only a backstop behind the silence watchdog.
         let idleTimeout = Duration.seconds(300)
-        #if canImport(Darwin)
+        #if canImport(Darwin) && FERRY_CLIENT_WEBSOCKET
             if transport == .webSocket {
                 return WebSocketConnection(
                     url: endpoint("v1/stream", webSocket: true), token: token,

@@ -1,4 +1,4 @@
-#if canImport(Darwin)
+#if canImport(Darwin) && FERRY_CLIENT_WEBSOCKET
     import Foundation
 
     /// `GET /v1/stream` through `URLSessionWebSocketTask` (Apple platforms only: Linux's
