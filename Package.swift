@@ -31,6 +31,7 @@ let package = Package(
         .executable(name: "ferry", targets: ["ferry"]),
         .executable(name: "ferry-load", targets: ["ferry-load"]),
         .library(name: "FerryGateway", targets: ["FerryGateway"]),
+        /// The Swift SDK an app adds: Foundation and SQLite only (docs/CLIENT.md).
         .library(name: "FerryClient", targets: ["FerryClient"]),
     ],
     targets: [
@@ -41,6 +42,8 @@ let package = Package(
         .systemLibrary(name: "CWslay", providers: [.apt(["libwslay-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        // No pkgConfig: Apple platforms ship sqlite3.h and libsqlite3 without a .pc file.
+        .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
 
         // MARK: - Ferry
         /// The build's commit, as a C string: the one value a build can hand the code.
@@ -64,9 +67,10 @@ let package = Package(
         .executableTarget(
             name: "ferry-load", dependencies: ["FerryLoad", "FerryLoop", "FerryPostgres", "FerryCommandLine"]),
 
-        // MARK: - Client
-        /// The Swift SDK an app links alone: Foundation only, never another Ferry module.
-        .target(name: "FerryClient", path: "Sources/FerryClient"),
+        // MARK: - The client SDK
+        /// FerryClient depends on Foundation and CSQLite only, never on another Ferry
+        /// module: an app links it alone.
+        .target(name: "FerryClient", dependencies: ["CSQLite"], path: "Sources/FerryClient"),
 
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, small socket clients,

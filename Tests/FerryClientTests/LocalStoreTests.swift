@@ -1,0 +1,191 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FerryClient
+
+/// The tasks example's table as `GET /v1/schema` lists it.
+let tasksSchema = TableSchema(
+    name: "tasks", strategy: .lww, key: ["user_id", "id"], owner: "user_id",
+    columns: [
+        .init(name: "id", type: "text"), .init(name: "user_id", type: "uuid"), .init(name: "parent_id", type: "text"),
+        .init(name: "title", type: "text"), .init(name: "position", type: "double precision"),
+        .init(name: "metadata", type: "jsonb"), .init(name: "updated_at", type: "timestamp with time zone"),
+    ])
+
+let owner = "6f9d3c1e-0000-4000-8000-000000000001"
+
+/// A store for `owner` with the tasks table, and the change sets its observer heard.
+func withStore(_ body: (LocalStore, Shared<[Set<String>]>) async throws -> Void) async throws {
+    try await withTemporaryDirectory { (directory) async throws -> Void in
+        let heard = Shared<[Set<String>]>([])
+        let store = try LocalStore(path: directory.appendingPathComponent("s.sqlite").path, userID: owner) { tables in
+            heard.withLock { $0.append(tables) }
+        }
+        try store.apply(schema: [tasksSchema])
+        heard.withLock { $0.removeAll() }
+        return try await body(store, heard)
+    }
+}
+
+func page(_ upserts: [FerryRow], deletes: [FerryRow] = [], cursor: String, lastMutationID: Int64 = 0) -> PullPage {
+    PullPage(
+        json: [
+            "changes": [
+                "tasks": [
+                    "upserts": .array(upserts.map(JSONValue.object)), "deletes": .array(deletes.map(JSONValue.object)),
+                ]
+            ],
+            "cursor": .string(cursor), "has_more": false, "last_mutation_id": .integer(lastMutationID),
+        ])!
+}
+
+@Suite struct LocalStoreTests {
+    @Test func enqueueWritesTheRowAndTheMutationTogether() async throws {
+        try await withStore { (store, heard) async throws -> Void in
+            let row = try store.enqueue(
+                .upsert, into: "tasks", ["id": "t-1", "title": "milk", "metadata": ["due": "x"]])
+            #expect(row["user_id"] == .string(owner))
+            #expect(row["metadata"] == ["due": "x"])
+            #expect(store.pendingCount == 1)
+            let batch = try store.pendingBatch(limit: 10, maxBytes: 1 << 20)
+            #expect(batch.map(\.id) == [1])
+            #expect(batch[0].pushJSON["row"]?["title"] == "milk")
+            #expect(heard.withLock { $0 } == [["tasks"]])
+        }
+    }
+
+    @Test func mutationIDsKeepGrowingAcrossReopensAndAnEmptiedOutbox() async throws {
+        try await withTemporaryDirectory { (directory) async throws -> Void in
+            let path = directory.appendingPathComponent("s.sqlite").path
+            do {
+                let store = try LocalStore(path: path, userID: owner) { _ in }
+                try store.apply(schema: [tasksSchema])
+                try store.enqueue(.upsert, into: "tasks", ["id": "a"])
+                try store.enqueue(.upsert, into: "tasks", ["id": "b"])
+                try store.settle(acknowledged: [1, 2], rejected: [])
+                #expect(store.pendingCount == 0)
+            }
+            let reopened = try LocalStore(path: path, userID: owner) { _ in }
+            try reopened.enqueue(.upsert, into: "tasks", ["id": "c"])
+            #expect(try reopened.pendingBatch(limit: 10, maxBytes: 1 << 20).map(\.id) == [3])
+        }
+    }
+
+    @Test func aPullRaisesTheNextMutationIDPastTheServersLast() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            #expect(try store.merge(page([], cursor: "c1", lastMutationID: 41), startedFrom: nil, syncedAt: Date()))
+            try store.enqueue(.upsert, into: "tasks", ["id": "a"])
+            #expect(try store.pendingBatch(limit: 10, maxBytes: 1 << 20).map(\.id) == [42])
+        }
+    }
+
+    @Test func aPullNeverOverwritesAPendingWrite() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "title": "mine"])
+            let server: FerryRow = ["id": "t", "user_id": .string(owner), "title": "theirs", "position": 2.0]
+            #expect(try store.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            let row = try store.rows(in: "tasks")[0]
+            #expect(row["title"] == "mine")
+            #expect(row["position"] == .double(2))
+            // Once the server has the write (last_mutation_id), the pull's version stands.
+            let after: FerryRow = ["id": "t", "user_id": .string(owner), "title": "mine", "position": 2.0]
+            #expect(
+                try store.merge(page([after], cursor: "c2", lastMutationID: 1), startedFrom: "c1", syncedAt: Date()))
+            #expect(store.pendingCount == 0)
+        }
+    }
+
+    @Test func aPendingDeleteStaysDeletedThroughAPull() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            let server: FerryRow = ["id": "t", "user_id": .string(owner), "title": "x"]
+            #expect(try store.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            try store.enqueue(.delete, into: "tasks", ["id": "t"])
+            #expect(try store.merge(page([server], cursor: "c2"), startedFrom: "c1", syncedAt: Date()))
+            #expect(try store.rows(in: "tasks").isEmpty)
+        }
+    }
+
+    @Test func aPageFromAStaleCursorIsDropped() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            #expect(try store.merge(page([], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            let row: FerryRow = ["id": "t", "user_id": .string(owner), "title": "x"]
+            #expect(try store.merge(page([row], cursor: "c2"), startedFrom: nil, syncedAt: Date()) == false)
+            #expect(try store.rows(in: "tasks").isEmpty)
+            #expect(store.cursor == "c1")
+        }
+    }
+
+    @Test func aRejectedWriteRevertsToTheServersRowWithOtherPendingWritesOnTop() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            let server: FerryRow = ["id": "t", "user_id": .string(owner), "title": "server", "position": 1.0]
+            #expect(try store.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "title": "bad"])
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "position": 5.0])
+            try store.settle(acknowledged: [], rejected: [1])
+            let row = try store.rows(in: "tasks")[0]
+            #expect(row["title"] == "server")
+            #expect(row["position"] == .double(5))
+            #expect(store.pendingCount == 1)
+        }
+    }
+
+    @Test func aRejectedInsertOfANewRowRemovesIt() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            try store.enqueue(.insert, into: "tasks", ["id": "root"])
+            try store.settle(acknowledged: [], rejected: [1])
+            #expect(try store.rows(in: "tasks").isEmpty)
+        }
+    }
+
+    @Test func observersHearAMergeOfManyRowsOnce() async throws {
+        try await withStore { (store, heard) async throws -> Void in
+            let rows: [FerryRow] = (0..<500).map { ["id": .string("t\($0)"), "user_id": .string(owner)] }
+            #expect(try store.merge(page(rows, cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            #expect(heard.withLock { $0 } == [["tasks"]])
+            #expect(try store.rows(in: "tasks").count == 500)
+        }
+    }
+
+    @Test func cursorExpiredWipeKeepsTheOutboxAndItsRows() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            let server: FerryRow = ["id": "old", "user_id": .string(owner)]
+            #expect(try store.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            try store.enqueue(.upsert, into: "tasks", ["id": "mine"])
+            try store.wipeSyncedTables()
+            #expect(store.cursor == nil)
+            #expect(try store.rows(in: "tasks").map { $0["id"] } == ["mine"])
+            #expect(store.pendingCount == 1)
+        }
+    }
+
+    @Test func writesToUnknownOrReadOnlyTablesAreRefused() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            #expect(throws: LocalStoreError.unknownTable("nope")) {
+                try store.enqueue(.upsert, into: "nope", ["id": "x"])
+            }
+            var shared = tasksSchema
+            shared.name = "daily"
+            shared.strategy = .shared
+            try store.apply(schema: [tasksSchema, shared])
+            #expect(throws: LocalStoreError.readOnlyTable("daily")) {
+                try store.enqueue(.upsert, into: "daily", ["id": "x"])
+            }
+            #expect(throws: LocalStoreError.missingKey(table: "tasks", column: "id")) {
+                try store.enqueue(.upsert, into: "tasks", ["title": "x"])
+            }
+        }
+    }
+
+    @Test func batchesStayWithinTheByteBudget() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            let title = JSONValue.string(String(repeating: "x", count: 1000))
+            for index in 0..<20 {
+                try store.enqueue(.upsert, into: "tasks", ["id": .string("t\(index)"), "title": title])
+            }
+            #expect(try store.pendingBatch(limit: 100, maxBytes: 5000).count == 4)
+            #expect(try store.pendingBatch(limit: 3, maxBytes: 1 << 20).count == 3)
+            #expect(try store.pendingBatch(limit: 100, maxBytes: 10).count == 1)
+        }
+    }
+}
