@@ -33,6 +33,7 @@ let package = Package(
         .library(name: "FerryGateway", targets: ["FerryGateway"]),
         /// The Swift SDK an app adds: Foundation and SQLite only (docs/CLIENT.md).
         .library(name: "FerryClient", targets: ["FerryClient"]),
+        .executable(name: "ferry-demo", targets: ["ferry-demo"]),
     ],
     targets: [
         // MARK: - C libraries from Debian
@@ -71,6 +72,8 @@ let package = Package(
         /// FerryClient depends on Foundation and CSQLite only, never on another Ferry
         /// module: an app links it alone.
         .target(name: "FerryClient", dependencies: ["CSQLite"], path: "Sources/FerryClient"),
+        /// The example apps' tables from a terminal; two state folders are two devices.
+        .executableTarget(name: "ferry-demo", dependencies: ["FerryClient"]),
 
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, small socket clients,
@@ -90,10 +93,14 @@ let package = Package(
         .testTarget(
             name: "FerryGatewayTests",
             dependencies: ["FerryGateway", "FerryAuth", "FerryCommandLine", "FerryTestSupport"]),
-        /// FerryClient, unit tests and against an in-process gateway.
+        /// FerryClient: unit tests, the stream against an in-process gateway, and the rest
+        /// against a real `ferry serve` with `ferry-demo` as processes.
         .testTarget(
             name: "FerryClientTests",
-            dependencies: ["FerryClient", "FerryGateway", "FerryAuth", "FerryCommandLine", "FerryTestSupport"]),
+            dependencies: [
+                "FerryClient", "FerryGateway", "FerryAuth", "FerryCommandLine", "FerryTestSupport", "FerryPostgres",
+                "ferry", "ferry-demo",
+            ]),
         /// The `ferry` binary's commands, run as processes.
         .testTarget(name: "FerryCLITests", dependencies: ["ferry", "FerryGateway", "FerryTestSupport"]),
     ]

@@ -10,18 +10,23 @@ public enum TestRepository {
     public static let sqlRoot = root + "/sql"
 
     /// The `ferry` binary SwiftPM built next to the tests.
-    public static func ferryExecutable() throws -> URL {
+    public static func ferryExecutable() throws -> URL { try executable("ferry") }
+
+    /// The binary `name` (`ferry`, `ferry-demo`) SwiftPM built next to the tests.
+    public static func executable(_ name: String) throws -> URL {
         for configuration in ["debug", "release"] {
-            let url = URL(fileURLWithPath: root).appendingPathComponent(".build/\(configuration)/ferry")
+            let url = URL(fileURLWithPath: root).appendingPathComponent(".build/\(configuration)/\(name)")
             if FileManager.default.isExecutableFile(atPath: url.path) { return url }
         }
-        throw MissingBinary()
+        throw MissingBinary(name: name)
     }
 }
 
-/// The tests need the `ferry` executable; `swift build` (and `make test`) builds it.
+/// The tests need the `ferry` executable (and `ferry-demo`); `swift build` (and `make test`) builds them.
 public struct MissingBinary: Error, CustomStringConvertible {
-    public var description: String { "no ferry binary under .build/: run `swift build` before the tests" }
+    /// The binary's name.
+    public var name = "ferry"
+    public var description: String { "no \(name) binary under .build/: run `swift build` before the tests" }
 }
 
 /// What the `ferry` binary printed and how it ended.
@@ -34,6 +39,13 @@ public struct FerryRun: Sendable {
     public var errors: String
     /// Standard output's lines.
     public var lines: [String] { output.split(separator: "\n").map(String.init) }
+
+    /// A run that ended with `status` and printed `output` and `errors`.
+    public init(status: Int32, output: String, errors: String) {
+        self.status = status
+        self.output = output
+        self.errors = errors
+    }
 }
 
 /// Runs the built `ferry` with `FERRY_DATABASE_URL` (none when nil) and `environment`;

@@ -1,0 +1,295 @@
+import Foundation
+
+/// The device's account: its session, kept in a ``SessionStore``, refreshed before it
+/// expires, and every request that needs a Bearer token.
+///
+/// A refresh is one at a time in the process (one task shared by every caller) and
+/// across processes (`flock` on the state folder's `.refresh.lock`; the winner stores the
+/// new tokens before it lets go, and a waiter re-reads them instead of sending a refresh
+/// token twice, which would revoke the session). Every change of account (sign-in,
+/// sign-out, link, deletion, a session the server ended) moves `generation`, and a
+/// refresh that started under an older generation drops its answer: it neither stores
+/// tokens nor ends the next user's session.
+actor Account {
+    /// What the state folder says about the account at launch.
+    enum Launch: Sendable {
+        case present(StoredSession)
+        case fresh
+        case unreadable(String)
+    }
+
+    let api: GatewayAPI
+    let sessionStore: any SessionStore
+    let directory: String
+    private let log: @Sendable (String) -> Void
+    private(set) var session: StoredSession?
+    private(set) var generation: UInt64 = 0
+    private var refreshing: Task<StoredSession, any Error>?
+    /// Called (outside the actor's own work) when the server ended the session.
+    private var sessionEnded: (@Sendable (String) async -> Void)?
+
+    init(api: GatewayAPI, sessionStore: any SessionStore, directory: String, log: @escaping @Sendable (String) -> Void)
+    {
+        self.api = api
+        self.sessionStore = sessionStore
+        self.directory = directory
+        self.log = log
+    }
+
+    var markerPath: String { directory + "/account.json" }
+    var refreshLockPath: String { directory + "/.refresh.lock" }
+
+    func onSessionEnded(_ handler: @escaping @Sendable (String) async -> Void) { sessionEnded = handler }
+
+    /// Reads the session and the marker. Only "the store is sure it holds nothing, and
+    /// no marker says there was an account" is a fresh install.
+    func launch() -> Launch {
+        let marker = StateFiles.read(markerPath)
+        switch sessionStore.load() {
+        case .present(let stored):
+            session = stored
+            return .present(stored)
+        case .unreadable(let reason):
+            return .unreadable(reason)
+        case .absent:
+            switch marker {
+            case .absent: return .fresh
+            case .present: return .unreadable("the session store is empty, but this folder had an account")
+            case .unreadable(let reason): return .unreadable(reason)
+            }
+        }
+    }
+
+    // MARK: - Sessions from answers
+
+    /// The session in an answer `{"user", "session"}` (sign-up, refresh, sign-in).
+    static func session(from answer: JSONValue?, deviceID: String) throws(FerryError) -> StoredSession {
+        guard let user = answer?["user"], let session = answer?["session"],
+            let userID = user["id"]?.stringValue, let access = session["access_token"]?.stringValue,
+            let refresh = session["refresh_token"]?.stringValue
+        else { throw .invalidAnswer("no user and session in the answer") }
+        let claims = Self.claims(of: access)
+        let now = Date()
+        let expiresIn = session["expires_in"]?.integerValue.map(Double.init) ?? 3600
+        let expiresAt =
+            claims?["exp"]?.integerValue.map { Date(timeIntervalSince1970: Double($0)) }
+            ?? now.addingTimeInterval(expiresIn)
+        let issuedAt = claims?["iat"]?.integerValue.map { Date(timeIntervalSince1970: Double($0)) } ?? now
+        return StoredSession(
+            accessToken: access, refreshToken: refresh, expiresAt: expiresAt, issuedAt: issuedAt, userID: userID,
+            sessionID: claims?["sid"]?.stringValue ?? "", deviceID: claims?["did"]?.stringValue ?? deviceID,
+            isAnonymous: { if case .bool(let anonymous)? = user["is_anonymous"] { anonymous } else { true } }(),
+            email: user["email"]?.stringValue)
+    }
+
+    /// The claims of a JWT, read without checking its signature (the server does that).
+    static func claims(of token: String) -> JSONValue? {
+        let parts = token.split(separator: ".")
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        guard let data = Data(base64Encoded: base64) else { return nil }
+        return try? JSONValue(json: data)
+    }
+
+    /// Makes `new` the session: stored (then the marker) before anyone uses it.
+    func adopt(_ new: StoredSession) throws(FerryError) {
+        do { try sessionStore.save(new) } catch { throw .storage("cannot store the session: \(error)") }
+        do {
+            try StateFiles.write(try FileSessionStore.encoder.encode(AccountMarker(new)), to: markerPath, mode: 0o600)
+        } catch {
+            throw .storage("cannot write \(markerPath): \(error)")
+        }
+        if session?.sessionID != new.sessionID || session?.userID != new.userID { generation &+= 1 }
+        session = new
+    }
+
+    /// Forgets the session: the store's item and the marker go, and `generation` moves,
+    /// so answers to requests of the old session are dropped.
+    func forget() throws(FerryError) {
+        generation &+= 1
+        refreshing?.cancel()
+        refreshing = nil
+        session = nil
+        do { try sessionStore.remove() } catch { throw .storage("cannot remove the session: \(error)") }
+        try StateFiles.remove(markerPath)
+    }
+
+    // MARK: - Sign-up and tokens
+
+    /// `POST /v1/auth/anonymous` with a new device id: the first launch.
+    func signUpAnonymously() async throws(FerryError) -> StoredSession {
+        let deviceID = UUID().uuidString.lowercased()
+        let answer = try await api.send("POST", "/v1/auth/anonymous", body: ["device_id": .string(deviceID)])
+        guard answer.status == 201 || answer.status == 200 else { throw .server(answer.error) }
+        let new = try Self.session(from: answer.body, deviceID: deviceID)
+        try adopt(new)
+        return new
+    }
+
+    /// The access token, refreshed first when it expires within a minute (or `forceRefresh`).
+    func accessToken(forceRefresh: Bool = false) async throws(FerryError) -> String {
+        guard let current = session else { throw .signedOut }
+        if !forceRefresh && current.expiresAt.timeIntervalSinceNow > 60 { return current.accessToken }
+        return try await refresh(from: current).accessToken
+    }
+
+    /// When the session should be refreshed: a tenth of its lifetime (at least a minute)
+    /// before it expires.
+    var refreshDue: Date? {
+        guard let session else { return nil }
+        let lifetime = max(session.expiresAt.timeIntervalSince(session.issuedAt), 0)
+        return session.expiresAt.addingTimeInterval(-max(60, lifetime / 10))
+    }
+
+    /// Refreshes `stale` (one refresh at a time in the process).
+    func refresh(from stale: StoredSession) async throws(FerryError) -> StoredSession {
+        if let refreshing {
+            do { return try await refreshing.value } catch { throw (error as? FerryError) ?? .unreachable("\(error)") }
+        }
+        let task = Task { try await self.refreshAcrossProcesses(from: stale, generation: generation) }
+        refreshing = task
+        defer { if refreshing == task { refreshing = nil } }
+        do { return try await task.value } catch { throw (error as? FerryError) ?? .unreachable("\(error)") }
+    }
+
+    private func refreshAcrossProcesses(from stale: StoredSession, generation started: UInt64) async throws(FerryError)
+        -> StoredSession
+    {
+        guard let lock = await FileLock.acquire(refreshLockPath, timeout: api.timeout + 10) else {
+            throw .unreachable("another process holds the refresh lock")
+        }
+        defer { lock.release() }
+        // Another process may have refreshed (or signed out) while this one waited.
+        switch sessionStore.load() {
+        case .present(let stored) where stored.sessionID == stale.sessionID:
+            if stored.refreshToken != stale.refreshToken {
+                guard generation == started else { throw .signedOut }
+                session = stored
+                return stored
+            }
+        case .present, .absent:
+            guard generation == started else { throw .signedOut }
+            try? forget()
+            throw .signedOut
+        case .unreadable(let reason):
+            throw .sessionUnreadable(reason)
+        }
+        let answer = try await api.send(
+            "POST", "/v1/auth/refresh", body: ["refresh_token": .string(stale.refreshToken)])
+        // A refresh that outlived its session (signed out, signed in meanwhile) is dropped.
+        guard generation == started, session?.sessionID == stale.sessionID else { throw .signedOut }
+        guard answer.status == 200 else {
+            let error = answer.error
+            if answer.status == 401 && ["session_revoked", "refresh_token_reused", "unauthorized"].contains(error.code)
+            {
+                await end(reason: error.code)
+            }
+            throw .server(error)
+        }
+        var new = try Self.session(from: answer.body, deviceID: stale.deviceID)
+        if new.email == nil { new.email = stale.email }
+        try adopt(new)
+        return new
+    }
+
+    /// The server ended the session (revoked, reused, the account deleted): forget it,
+    /// keep the local data file where it is (under the old user's name), and tell the client.
+    func end(reason: String) async {
+        guard session != nil else { return }
+        log("the server ended the session (\(reason)); this device is signed out")
+        if let stored = session, let data = try? FileSessionStore.encoder.encode(AccountMarker(stored)) {
+            try? StateFiles.write(data, to: directory + "/ended-\(stored.userID).json", mode: 0o600)
+        }
+        try? forget()
+        if let sessionEnded { await sessionEnded(reason) }
+    }
+
+    // MARK: - Requests
+
+    /// Sends a request with the Bearer token. An answer `401 token_expired` (or
+    /// `unauthorized`) refreshes the token once and sends the request once more;
+    /// `401 session_revoked` ends the session.
+    func authorized(
+        _ method: String, _ path: String, query: [(String, String)] = [], body: JSONValue? = nil
+    ) async throws(FerryError) -> GatewayAnswer {
+        let token = try await accessToken()
+        let started = generation
+        var answer = try await api.send(method, path, query: query, body: body, token: token)
+        if answer.status == 401 && ["token_expired", "unauthorized"].contains(answer.error.code) {
+            guard generation == started, let current = session else { throw .signedOut }
+            let fresh =
+                current.accessToken == token ? try await refresh(from: current).accessToken : current.accessToken
+            answer = try await api.send(method, path, query: query, body: body, token: fresh)
+        }
+        guard generation == started else { throw .signedOut }
+        if answer.status == 401 && answer.error.code == "session_revoked" {
+            await end(reason: "session_revoked")
+            throw .signedOut
+        }
+        return answer
+    }
+
+    // MARK: - Link, sign-in, sign-out, deletion
+
+    /// `POST /v1/auth/link`: this anonymous account gets an email and a password.
+    func link(email: String, password: String) async throws(FerryError) -> StoredSession {
+        let answer = try await authorized(
+            "POST", "/v1/auth/link", body: ["email": .string(email), "password": .string(password)])
+        guard answer.status == 200 else { throw .server(answer.error) }
+        guard var updated = session else { throw .signedOut }
+        updated.isAnonymous = false
+        updated.email = answer.body?["user"]?["email"]?.stringValue ?? email
+        try adopt(updated)
+        return updated
+    }
+
+    /// `POST /v1/auth/signin` with this device's session as Bearer; returns the new
+    /// session and whether the server reset the device's data (`keep_cloud`).
+    func signIn(email: String, password: String, resolve: SignInChoice?) async throws(FerryError)
+        -> (session: StoredSession, reset: Bool)
+    {
+        guard let current = session else { throw .signedOut }
+        var body: FerryRow = [
+            "email": .string(email), "password": .string(password), "device_id": .string(current.deviceID),
+        ]
+        if let resolve { body["resolve"] = .string(resolve.rawValue) }
+        let token = try await accessToken()
+        let answer = try await api.send("POST", "/v1/auth/signin", body: .object(body), token: token)
+        guard answer.status == 200 else {
+            let error = answer.error
+            if error.code == "resolution_required" {
+                throw .resolutionRequired(
+                    deviceRows: Int(error.details["device_rows"]?.integerValue ?? 0),
+                    cloudRows: Int(error.details["cloud_rows"]?.integerValue ?? 0))
+            }
+            throw .server(error)
+        }
+        let new = try Self.session(from: answer.body, deviceID: current.deviceID)
+        try adopt(new)
+        return (new, { if case .bool(let reset)? = answer.body?["reset"] { reset } else { false } }())
+    }
+
+    /// `POST /v1/auth/signout`, best effort (a bounded wait; the local sign-out does not
+    /// depend on it).
+    func signOutOnServer() async {
+        guard let token = session?.accessToken else { return }
+        _ = try? await api.send("POST", "/v1/auth/signout", token: token)
+    }
+
+    /// `DELETE /v1/account` (safe to retry: a retry after a lost answer is `204` again).
+    func deleteOnServer() async throws(FerryError) {
+        let answer = try await authorized("DELETE", "/v1/account", body: ["confirm": "DELETE"])
+        guard answer.status == 204 || answer.status == 200 else { throw .server(answer.error) }
+    }
+}
+
+/// The answer to the sign-in question "keep this device's data, or the account's?".
+public enum SignInChoice: String, Sendable, Hashable, Codable {
+    /// Keep the account's data: this device's anonymous rows are deleted, and the device
+    /// loads the account afresh.
+    case keepCloud = "keep_cloud"
+    /// Keep this device's data: the account's rows are deleted and this device's rows
+    /// move into the account.
+    case keepDevice = "keep_device"
+}

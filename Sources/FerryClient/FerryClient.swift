@@ -1,0 +1,441 @@
+import Foundation
+import Synchronization
+
+/// An offline-first app's side of Ferry: a local SQLite store of the synced tables, a
+/// durable outbox, and the sync that moves both ways.
+///
+/// ```swift
+/// let ferry = try await FerryClient(server: URL(string: "https://sync.example.com")!, stateDirectory: folder)
+/// try ferry.enqueue(.upsert, into: "tasks", ["id": "t-1", "title": "Buy milk"])   // at the write site
+/// for await _ in ferry.changes(to: ["tasks"]) { reload() }                          // the UI follows the store
+/// ```
+///
+/// The first launch signs up anonymously (no UI); the session is kept in a
+/// ``SessionStore`` and never discarded at launch. Writes go to the local store and the
+/// outbox in one SQLite transaction and are pushed in the background; pulls merge into
+/// the same store, with pending writes replayed on top. Every method may be called from
+/// any thread or task.
+public final class FerryClient: Sendable {
+    /// How a client behaves; the defaults suit an app.
+    public struct Configuration: Sendable {
+        /// Where the session's tokens live. nil: the Keychain on Apple platforms, a 0600
+        /// file (`session.json`) in the state folder elsewhere.
+        public var sessionStore: (any SessionStore)?
+        /// The most any one request may take, in seconds, from start to last byte.
+        public var requestTimeout: TimeInterval = 30
+        /// Whether writes are pushed, and the session refreshed, in the background. Off,
+        /// nothing moves until ``sync()`` (a command-line tool's way).
+        public var syncsAutomatically = true
+        /// Seconds between the heartbeats of a held lock (the server's default stale limit is 30 s).
+        public var lockHeartbeatInterval: TimeInterval = 10
+        /// Where the client's log lines go (rejected mutations, retries, session ends);
+        /// standard error by default.
+        public var log: @Sendable (String) -> Void = { line in
+            FileHandle.standardError.write(Data("ferry: \(line)\n".utf8))
+        }
+        /// The backoff of a failed push or pull: the first retry within `retryBase` seconds,
+        /// doubling (with full jitter) up to `retryCap`.
+        public var retryBase: TimeInterval = 0.5
+        public var retryCap: TimeInterval = 60
+
+        public init() {}
+    }
+
+    /// The gateway's URL.
+    public let server: URL
+    /// The folder this client keeps its files in: one per device (and per app).
+    public let stateDirectory: URL
+
+    let configuration: Configuration
+    let account: Account
+    let engine: SyncEngine
+    let statusBroadcast = Broadcast(FerryStatus(), replaysCurrent: true)
+    let eventBroadcast = Broadcast<FerryEvent>(.accountChanged(nil), replaysCurrent: false)
+    private let current = Shared(Current())
+    private let observers = Mutex<[UUID: TableObserver]>([:])
+    let heartbeats = Mutex<[String: Task<Void, Never>]>([:])
+    private let refresher = Mutex<Task<Void, Never>?>(nil)
+
+    private struct Current: Sendable {
+        var store: LocalStore?
+        var user: FerryUser?
+    }
+
+    private struct TableObserver {
+        var tables: Set<String>?
+        var continuation: AsyncStream<Set<String>>.Continuation
+    }
+
+    /// Opens the client on `stateDirectory` (created when missing).
+    ///
+    /// On the first launch (no session and no record of one) it signs up anonymously,
+    /// which needs the server once: offline, this throws ``FerryError/unreachable(_:)``
+    /// and nothing is written. A session that cannot be read (a locked Keychain, an
+    /// unreadable file) throws ``FerryError/sessionUnreadable(_:)`` and discards nothing:
+    /// try again later. Otherwise it opens the account's local store at once, offline too.
+    public init(server: URL, stateDirectory: URL, configuration: Configuration = Configuration()) async throws {
+        self.server = server
+        self.stateDirectory = stateDirectory
+        self.configuration = configuration
+        do {
+            try FileManager.default.createDirectory(
+                at: stateDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw FerryError.storage("cannot create \(stateDirectory.path): \(error)")
+        }
+        let directory = stateDirectory.path
+        let sessionStore = configuration.sessionStore ?? Self.defaultSessionStore(directory: directory)
+        let api = GatewayAPI(server: server, timeout: configuration.requestTimeout)
+        account = Account(api: api, sessionStore: sessionStore, directory: directory, log: configuration.log)
+        let current = self.current
+        var settings = SyncEngine.Settings()
+        settings.backoffBase = configuration.retryBase
+        settings.backoffCap = configuration.retryCap
+        engine = SyncEngine(
+            account: account, store: { current.withLock { $0.store } }, status: statusBroadcast,
+            events: eventBroadcast, settings: settings, log: configuration.log)
+
+        let session: StoredSession
+        switch await account.launch() {
+        case .present(let stored): session = stored
+        case .unreadable(let reason): throw FerryError.sessionUnreadable(reason)
+        case .fresh: session = try await account.signUpAnonymously()
+        }
+        let store = try openStore(for: session)
+        await account.onSessionEnded { [weak self] reason in await self?.sessionWasEnded(reason: reason) }
+        if store.tables.isEmpty { try? await engine.refreshSchema(store) }
+        statusBroadcast.update {
+            $0.pendingMutations = store.pendingCount
+            $0.lastSyncedAt = store.lastSyncedAt
+        }
+        if configuration.syncsAutomatically {
+            startRefreshing()
+            await engine.request(push: true, pull: true)
+        }
+    }
+
+    private static func defaultSessionStore(directory: String) -> any SessionStore {
+        #if canImport(Security)
+            return KeychainSessionStore(
+                service: Bundle.main.bundleIdentifier ?? "ferry", account: "ferry.session:" + directory)
+        #else
+            return FileSessionStore(path: directory + "/session.json")
+        #endif
+    }
+
+    /// The local store file of `userID`.
+    func storePath(for userID: String) -> String { stateDirectory.path + "/\(userID).sqlite" }
+
+    @discardableResult
+    private func openStore(for session: StoredSession) throws -> LocalStore {
+        let store = try LocalStore(path: storePath(for: session.userID), userID: session.userID) { [weak self] tables in
+            self?.notify(tables)
+        }
+        current.withLock {
+            $0.store = store
+            $0.user = FerryUser(
+                id: session.userID, deviceID: session.deviceID, isAnonymous: session.isAnonymous, email: session.email)
+        }
+        return store
+    }
+
+    private func liveStore() throws(FerryError) -> LocalStore {
+        guard let store = current.withLock({ $0.store }) else { throw .signedOut }
+        return store
+    }
+
+    // MARK: - Who
+
+    /// Who this device is signed in as (nil after sign-out).
+    public var user: FerryUser? { current.withLock { $0.user } }
+
+    // MARK: - Writing
+
+    /// Writes `row` into the local `table` and queues it for the server, in one SQLite
+    /// transaction: once this returns, a crash at any instant loses nothing, and the
+    /// mutation reaches the server exactly once. Returns the local row as it now stands
+    /// (for `.delete`, whose `row` is the key, the key).
+    ///
+    /// The owner column may be left out (it is this user). `.upsert` writes only the
+    /// columns given over the row; `.insert` adds a row the server keeps as it is.
+    @discardableResult
+    public func enqueue(_ operation: FerryOperation, into table: String, _ row: FerryRow) throws -> FerryRow {
+        let store = try liveStore()
+        let local: FerryRow
+        do { local = try store.enqueue(operation, into: table, row) } catch let error as LocalStoreError {
+            throw FerryError.local(error)
+        }
+        let pending = store.pendingCount
+        statusBroadcast.update { $0.pendingMutations = pending }
+        if configuration.syncsAutomatically {
+            let engine = self.engine
+            Task { await engine.request(push: true, pull: false, debounce: true) }
+        }
+        return local
+    }
+
+    /// ``enqueue(_:into:_:)-5x3bm`` with a row of the app's own `Encodable` type (its
+    /// coding keys are the column names).
+    @discardableResult
+    public func enqueue<Row: Encodable>(_ operation: FerryOperation, into table: String, _ row: Row) throws -> FerryRow
+    {
+        guard case .object(let object) = try JSONValue.encoding(row) else {
+            throw FerryError.local(.invalidRow("a row encodes as a JSON object"))
+        }
+        return try enqueue(operation, into: table, object)
+    }
+
+    // MARK: - Reading
+
+    /// The synced tables, as the server's schema describes them.
+    public var tables: [String: TableSchema] { current.withLock { $0.store }?.tables ?? [:] }
+
+    /// The rows of `table` in key order, optionally those matching an SQL `condition`
+    /// (`"parent_id = ?1"`, with `parameters` bound to `?1`, `?2`…).
+    public func rows(in table: String, where condition: String? = nil, _ parameters: [SQLValue] = []) throws
+        -> [FerryRow]
+    {
+        do { return try liveStore().rows(in: table, where: condition, parameters) } catch let error as LocalStoreError {
+            throw FerryError.local(error)
+        }
+    }
+
+    /// The rows of `table` decoded into the app's own type (its coding keys are column names).
+    public func rows<Row: Decodable>(
+        in table: String, as type: Row.Type, where condition: String? = nil, _ parameters: [SQLValue] = []
+    ) throws -> [Row] {
+        try rows(in: table, where: condition, parameters).map { try JSONValue.object($0).decoded(as: type) }
+    }
+
+    /// Runs a read-only SQL query on the local store (the synced tables have the server's
+    /// names and columns) and returns its rows keyed by column name.
+    public func query(_ sql: String, _ parameters: [SQLValue] = []) throws -> [[String: SQLValue]] {
+        try liveStore().query(sql, parameters)
+    }
+
+    // MARK: - Observing
+
+    /// The tables each committed change touched (among `tables`; every synced table when
+    /// nil): one element per local transaction, whatever its source (an enqueue, a
+    /// merge, a rejected write put back), so a merge of many rows is one element.
+    public func changes(to tables: Set<String>? = nil) -> AsyncStream<Set<String>> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Set<String>.self, bufferingPolicy: .bufferingNewest(16))
+        let id = UUID()
+        observers.withLock { $0[id] = TableObserver(tables: tables, continuation: continuation) }
+        continuation.onTermination = { [weak self] _ in self?.observers.withLock { _ = $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    /// The rows of `table` now, and again after every change to it.
+    public func observe<Row: Decodable & Sendable>(_ table: String, as type: Row.Type) -> AsyncStream<[Row]> {
+        let changes = self.changes(to: [table])
+        return AsyncStream { continuation in
+            let task = Task { [weak self] in
+                if let rows = try? self?.rows(in: table, as: type) { continuation.yield(rows) }
+                for await _ in changes {
+                    guard let self else { break }
+                    if let rows = try? self.rows(in: table, as: type) { continuation.yield(rows) }
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    private func notify(_ tables: Set<String>) {
+        for observer in observers.withLock({ Array($0.values) }) {
+            let relevant = observer.tables.map { tables.intersection($0) } ?? tables
+            if !relevant.isEmpty { observer.continuation.yield(relevant) }
+        }
+    }
+
+    // MARK: - Status and events
+
+    /// Where sync stands now.
+    public var status: FerryStatus { statusBroadcast.value }
+
+    /// The status now, then every change (a new value each time).
+    public func statusUpdates() -> AsyncStream<FerryStatus> { statusBroadcast.updates() }
+
+    /// Every event from now on (rejected mutations, lost locks, an ended session, retries).
+    /// Each call is a stream of its own; all of them get every event.
+    public func events() -> AsyncStream<FerryEvent> { eventBroadcast.updates() }
+
+    // MARK: - Sync
+
+    /// Pushes every pending mutation, then pulls until up to date. Throws the first
+    /// failure (``FerryError/unreachable(_:)`` offline: the outbox stays, and is retried).
+    public func sync() async throws { try await engine.sync() }
+
+    /// The app came to the foreground: refresh if due, push and pull now (and reconnect
+    /// the stream, once there is one).
+    public func didEnterForeground() async {
+        await engine.resumeIfSignedIn(user != nil)
+        await engine.reconnected()
+    }
+
+    /// The app went to the background: the outbox stays and nothing else is lost.
+    public func didEnterBackground() async {}
+
+    /// Stops background work (sync, refresh, lock heartbeats) and waits for it to end.
+    public func close() async {
+        await engine.stop()
+        stopBackgroundTasks()
+    }
+
+    private func startRefreshing() {
+        let account = self.account
+        let events = eventBroadcast
+        let log = configuration.log
+        let task = Task {
+            var failures = 0
+            while !Task.isCancelled {
+                guard let due = await account.refreshDue, let session = await account.session else { return }
+                let wait = due.timeIntervalSinceNow
+                if wait > 0 { try? await Task.sleep(for: .seconds(min(wait, 3600))) }
+                guard !Task.isCancelled else { return }
+                guard let now = await account.session, now.sessionID == session.sessionID else { continue }
+                let dueNow = await account.refreshDue ?? .distantPast
+                if dueNow > Date() { continue }
+                do {
+                    _ = try await account.refresh(from: now)
+                    failures = 0
+                } catch {
+                    if case FerryError.signedOut = error { return }
+                    failures += 1
+                    let delay = Double.random(in: 0...min(60, 0.5 * pow(2, Double(min(failures, 10)))))
+                    log("refreshing the session failed (\(error)); retrying in \(String(format: "%.1f", delay)) s")
+                    events.send(
+                        .refreshFailed(error: (error as? FerryError) ?? .unreachable("\(error)"), retryIn: delay))
+                    try? await Task.sleep(for: .seconds(delay))
+                }
+            }
+        }
+        refresher.withLock { $0 = task }
+    }
+
+    private func stopBackgroundTasks() {
+        refresher.withLock {
+            $0?.cancel()
+            $0 = nil
+        }
+        for task in heartbeats.withLock({ tasks in
+            defer { tasks.removeAll() }
+            return Array(tasks.values)
+        }) {
+            task.cancel()
+        }
+    }
+
+    // MARK: - Accounts
+
+    /// Gives this anonymous account an email and a password (same user, every row
+    /// stays). The outbox is pushed first; throws ``FerryError/outboxNotEmpty(pending:)``
+    /// when it could not be.
+    public func link(email: String, password: String) async throws {
+        try await engine.drain()
+        let session = try await account.link(email: email, password: password)
+        let user = FerryUser(id: session.userID, deviceID: session.deviceID, isAnonymous: false, email: session.email)
+        current.withLock { $0.user = user }
+        eventBroadcast.send(.accountChanged(user))
+    }
+
+    /// Signs this device in to the account of `email`.
+    ///
+    /// The outbox is pushed first. When this device's anonymous account has rows, the
+    /// first call (without `choice`) throws ``FerryError/resolutionRequired(deviceRows:cloudRows:)``
+    /// with both counts, for the app to ask "keep this device's data or the account's?";
+    /// call again with the answer. Either way the device then loads the account's rows
+    /// afresh (for `.keepCloud`, its own local rows are gone first).
+    public func signIn(email: String, password: String, choice: SignInChoice? = nil) async throws {
+        try await engine.drain()
+        await engine.stop()
+        let old = current.withLock { $0.store }
+        let signedIn: (session: StoredSession, reset: Bool)
+        do {
+            signedIn = try await account.signIn(email: email, password: password, resolve: choice)
+        } catch {
+            await engine.resume()
+            throw error
+        }
+        // The device's rows are now the account's (keep_device) or gone (keep_cloud): the
+        // new account's store starts empty and loads everything.
+        current.withLock { $0.store = nil }
+        if let old, old.path != storePath(for: signedIn.session.userID) { removeStoreFiles(old.path) }
+        if let old, old.path == storePath(for: signedIn.session.userID), signedIn.reset { removeStoreFiles(old.path) }
+        let store = try openStore(for: signedIn.session)
+        if !(old?.path == store.path && !signedIn.reset) { notify(Set(store.tables.keys)) }
+        await engine.resume()
+        eventBroadcast.send(.accountChanged(user))
+        do { try await engine.sync() } catch { configuration.log("the first load after signing in failed: \(error)") }
+        if configuration.syncsAutomatically { startRefreshing() }
+    }
+
+    /// Signs out: stops sync and waits for what is in flight, tells the server (best
+    /// effort), then wipes this device's session and local data. The device is signed out
+    /// even when the server could not be told or a file could not be deleted (the log
+    /// says which); a new `FerryClient` on the folder is a fresh install.
+    public func signOut() async {
+        await engine.stop()
+        stopBackgroundTasks()
+        await account.signOutOnServer()
+        await wipeLocally()
+    }
+
+    /// Deletes the account on the server (every row, every session), then wipes the
+    /// device as ``signOut()`` does. Throws, and changes nothing locally, when the
+    /// server could not be asked.
+    public func deleteAccount() async throws {
+        await engine.stop()
+        do {
+            try await account.deleteOnServer()
+        } catch {
+            await engine.resume()
+            throw error
+        }
+        stopBackgroundTasks()
+        await wipeLocally()
+    }
+
+    private func wipeLocally() async {
+        do { try await account.forget() } catch { configuration.log("sign-out: \(error)") }
+        let store = current.withLock { current in
+            defer {
+                current.store = nil
+                current.user = nil
+            }
+            return current.store
+        }
+        if let store {
+            let tables = Set(store.tables.keys)
+            removeStoreFiles(store.path)
+            notify(tables)
+        }
+        statusBroadcast.update { $0 = FerryStatus() }
+        eventBroadcast.send(.accountChanged(nil))
+    }
+
+    /// The server ended the session. This runs inside whatever request learned it (often
+    /// a sync pass), so it must not wait for sync to stop: that pass is waiting for it.
+    /// The pass ends on its own (there is no store or session any more).
+    private func sessionWasEnded(reason: String) async {
+        current.withLock {
+            $0.store = nil
+            $0.user = nil
+        }
+        let engine = self.engine
+        Task { await engine.stop() }
+        stopBackgroundTasks()
+        eventBroadcast.send(.sessionEnded(reason: reason))
+    }
+
+    private func removeStoreFiles(_ path: String) {
+        for file in [path, path + "-wal", path + "-shm"] {
+            do { try StateFiles.remove(file) } catch { configuration.log("sign-out: \(error)") }
+        }
+    }
+}
+
+extension SyncEngine {
+    func resumeIfSignedIn(_ signedIn: Bool) { if signedIn { resume() } }
+}
