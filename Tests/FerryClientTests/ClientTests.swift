@@ -1,0 +1,111 @@
+import FerryTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FerryClient
+
+/// A client in this process on `device` of `gateway`, syncing in the background with short backoffs.
+func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true) async throws -> FerryClient {
+    var configuration = FerryClient.Configuration()
+    configuration.syncsAutomatically = automatic
+    configuration.retryBase = 0.05
+    configuration.retryCap = 0.5
+    configuration.requestTimeout = 10
+    configuration.log = { _ in }
+    return try await FerryClient(
+        server: URL(string: gateway.url)!, stateDirectory: URL(fileURLWithPath: device), configuration: configuration)
+}
+
+/// FerryClient's API in an app's process, against a real gateway.
+@Suite(.timeLimit(.minutes(5))) struct ClientTests {
+    /// The drain is level-triggered: a push that failed (gateway down) is retried by its
+    /// backoff timer alone, with no new write, sync() call or reconnect to start it.
+    @Test func aFailedDrainIsRetriedWithoutAnotherTrigger() async throws {
+        try await DemoGateway.with { gateway in
+            let ferry = try await client(gateway, gateway.device("phone"))
+            let user = try #require(ferry.user?.id)
+            gateway.stop()
+            try ferry.enqueue(.upsert, into: "tasks", ["id": "t-1", "title": "offline"])
+            try await eventually("the push failing", seconds: 20) { ferry.status.lastError != nil }
+            try await gateway.start()
+            try await eventually("the outbox drained by the retry timer", seconds: 30) {
+                ferry.status.pendingMutations == 0
+            }
+            #expect(try await serverIDs(gateway, "tasks", of: user) == ["t-1"])
+            #expect(ferry.status.lastError == nil)
+            await ferry.close()
+        }
+    }
+
+    @Test func aMergeOfManyRowsIsOneChangeForTheTable() async throws {
+        try await DemoGateway.with { gateway in
+            let writer = try await client(gateway, gateway.device("writer"), automatic: false)
+            for index in 0..<300 { try writer.enqueue(.upsert, into: "tasks", ["id": .string("t-\(index)")]) }
+            try await writer.sync()
+            let email = "ana-\(UUID().uuidString.prefix(8))@example.com"
+            try await writer.link(email: email, password: "correct horse")
+            let reader = try await client(gateway, gateway.device("reader"), automatic: false)
+            try await reader.signIn(email: email, password: "correct horse")
+            #expect(try reader.rows(in: "tasks").count == 300)
+
+            let heard = Shared<[Set<String>]>([])
+            let changes = reader.changes(to: ["tasks"])
+            let listening = Task {
+                for await tables in changes { heard.withLock { $0.append(tables) } }
+            }
+            for index in 0..<300 {
+                try writer.enqueue(.upsert, into: "tasks", ["id": .string("t-\(index)"), "title": "2"])
+            }
+            try await writer.sync()
+            try await reader.sync()
+            try await eventually("the merge heard", seconds: 5) { !heard.withLock { $0 }.isEmpty }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(heard.withLock { $0 } == [["tasks"]])
+            #expect(try reader.rows(in: "tasks", where: "title = ?1", [.text("2")]).count == 300)
+            listening.cancel()
+            await writer.close()
+            await reader.close()
+        }
+    }
+
+    @Test func aRejectedMutationIsAnEventAndTheRowIsPutBack() async throws {
+        try await DemoGateway.with { gateway in
+            let ferry = try await client(gateway, gateway.device("phone"), automatic: false)
+            let events = ferry.events()
+            try ferry.enqueue(.insert, into: "tasks", ["id": "root", "title": "the sentinel is no task's id"])
+            #expect(try ferry.rows(in: "tasks").count == 1)
+            try await ferry.sync()
+            var iterator = events.makeAsyncIterator()
+            var rejected: RejectedMutation?
+            while rejected == nil, let event = await iterator.next() {
+                if case .mutationRejected(let mutation) = event { rejected = mutation }
+            }
+            #expect(rejected?.table == "tasks")
+            #expect(rejected?.code == "constraint_violation")
+            #expect(try ferry.rows(in: "tasks").isEmpty)
+            #expect(ferry.status.pendingMutations == 0)
+            await ferry.close()
+        }
+    }
+
+    struct Task_: Codable, Sendable, Equatable {
+        var id: String
+        var title: String
+        var position: Double?
+    }
+
+    @Test func typedRowsGoInAndComeBack() async throws {
+        try await DemoGateway.with { gateway in
+            let ferry = try await client(gateway, gateway.device("phone"), automatic: false)
+            try ferry.enqueue(.upsert, into: "tasks", Task_(id: "t-1", title: "milk", position: 1.5))
+            try await ferry.sync()
+            #expect(try ferry.rows(in: "tasks", as: Task_.self) == [Task_(id: "t-1", title: "milk", position: 1.5)])
+            #expect(ferry.status.lastSyncedAt != nil)
+            #expect(ferry.status.connected)
+            let count = try ferry.query("select count(*) as n from tasks")
+            #expect(count == [["n": .integer(1)]])
+            await ferry.close()
+        }
+    }
+}
