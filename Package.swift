@@ -23,7 +23,8 @@ let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLe
 ///                                CFerryBuild (the build's commit), the one with code
 ///
 /// FerryLoad and ferry-load, the load generator, sit beside the gateway on FerryLoop,
-/// FerryHTTP, FerryPostgres and FerryCommandLine.
+/// FerryHTTP, FerryPostgres and FerryCommandLine. FerryClient, the Swift SDK for apps,
+/// and ferry-demo stand apart, on Foundation and CSQLite only.
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15), .iOS(.v17)],
