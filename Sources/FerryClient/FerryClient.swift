@@ -165,8 +165,9 @@ public final class FerryClient: Sendable {
         do { local = try store.enqueue(operation, into: table, row) } catch let error as LocalStoreError {
             throw FerryError.local(error)
         }
-        let pending = store.pendingCount
-        statusBroadcast.update { $0.pendingMutations = pending }
+        // Counted again exactly after each push and pull; counting the outbox here would
+        // make every enqueue cost as much as the outbox is long.
+        statusBroadcast.update { $0.pendingMutations += 1 }
         if configuration.syncsAutomatically {
             let engine = self.engine
             Task { await engine.request(push: true, pull: false, debounce: true) }

@@ -58,11 +58,53 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
 
     /// This value as compact JSON text, keys sorted (so equal values give equal text).
     public var jsonText: String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // Encoding a JSONValue cannot fail: every case is representable (non-finite
-        // doubles aside, which no parse produces).
-        return (try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+        var text = ""
+        write(to: &text)
+        return text
+    }
+
+    private func write(to text: inout String) {
+        switch self {
+        case .null: text += "null"
+        case .bool(let bool): text += bool ? "true" : "false"
+        case .integer(let integer): text += String(integer)
+        // Non-finite doubles have no JSON form (no parse produces them).
+        case .double(let double): text += double.isFinite ? "\(double)" : "null"
+        case .string(let string): Self.writeString(string, to: &text)
+        case .array(let array):
+            text += "["
+            for (index, element) in array.enumerated() {
+                if index > 0 { text += "," }
+                element.write(to: &text)
+            }
+            text += "]"
+        case .object(let object):
+            text += "{"
+            for (index, key) in object.keys.sorted().enumerated() {
+                if index > 0 { text += "," }
+                Self.writeString(key, to: &text)
+                text += ":"
+                object[key]!.write(to: &text)
+            }
+            text += "}"
+        }
+    }
+
+    private static func writeString(_ string: String, to text: inout String) {
+        text += "\""
+        for scalar in string.unicodeScalars {
+            switch scalar {
+            case "\"": text += "\\\""
+            case "\\": text += "\\\\"
+            case "\n": text += "\\n"
+            case "\r": text += "\\r"
+            case "\t": text += "\\t"
+            case _ where scalar.value < 0x20:
+                text += "\\u00" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+            default: text.unicodeScalars.append(scalar)
+            }
+        }
+        text += "\""
     }
 
     public var description: String { jsonText }

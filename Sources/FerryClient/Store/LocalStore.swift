@@ -31,18 +31,18 @@ public enum FerryOperation: String, Sendable, Hashable, Codable {
 }
 
 /// One page of `GET /v1/pull`.
-struct PullPage: Sendable {
-    struct TableChanges: Sendable {
-        var upserts: [FerryRow] = []
-        var deletes: [FerryRow] = []
+package struct PullPage: Sendable {
+    package struct TableChanges: Sendable {
+        package var upserts: [FerryRow] = []
+        package var deletes: [FerryRow] = []
     }
-    var changes: [String: TableChanges]
-    var cursor: String
-    var hasMore: Bool
-    var lastMutationID: Int64
+    package var changes: [String: TableChanges]
+    package var cursor: String
+    package var hasMore: Bool
+    package var lastMutationID: Int64
 
     /// Reads a pull answer; nil when it has not the protocol's shape.
-    init?(json: JSONValue) {
+    package init?(json: JSONValue) {
         guard let cursor = json["cursor"]?.stringValue, case .bool(let hasMore)? = json["has_more"] else { return nil }
         self.cursor = cursor
         self.hasMore = hasMore
@@ -84,7 +84,7 @@ public enum LocalStoreError: Error, Sendable, Equatable, CustomStringConvertible
 /// Every method is synchronous and thread-safe: the connection lives in a `Mutex`, and
 /// each call is one short SQLite transaction. Observers hear of each transaction's
 /// changed tables once, after it committed.
-final class LocalStore: Sendable {
+package final class LocalStore: Sendable {
     /// The database file.
     let path: String
     /// The account whose rows these are: the owner filled into rows and keys.
@@ -94,7 +94,7 @@ final class LocalStore: Sendable {
 
     /// Opens (creating) the store at `path` for `userID`; `changed` hears of the synced
     /// tables each committed transaction changed, once per transaction.
-    init(path: String, userID: String, changed: @escaping @Sendable (Set<String>) -> Void) throws {
+    package init(path: String, userID: String, changed: @escaping @Sendable (Set<String>) -> Void) throws {
         self.path = path
         self.userID = userID
         self.changed = changed
@@ -108,6 +108,7 @@ final class LocalStore: Sendable {
             create index if not exists _ferry_outbox_key on _ferry_outbox (table_name, row_key);
             create table if not exists _ferry_shadow (
                 table_name text not null, row_key text not null, row text, primary key (table_name, row_key));
+            insert or ignore into _ferry_meta (key, value) values ('next_mutation_id', '1');
             """)
         var tables: [String: TableSchema] = [:]
         if let text = try connection.query("select value from _ferry_meta where key = 'schema'").first?.first,
@@ -128,7 +129,7 @@ final class LocalStore: Sendable {
     /// definition changed. Any change resets the cursor (the next pull is a first load,
     /// with pending writes replayed on top). Returns whether anything changed.
     @discardableResult
-    func apply(schema: [TableSchema]) throws -> Bool {
+    package func apply(schema: [TableSchema]) throws -> Bool {
         try write { state in
             let wanted = Dictionary(
                 schema.filter { !$0.name.hasPrefix("_ferry") && !$0.key.isEmpty }.map { ($0.name, $0) },
@@ -191,19 +192,18 @@ final class LocalStore: Sendable {
             // The owner is the caller; pushing it is optional, and `updated_at` is the server's.
             body.removeValue(forKey: "updated_at")
             let key = try state.key(of: body, in: schema, owner: userID)
-            let id = try state.nextMutationID()
-            if try state.pendingCount(table: table, key: key) == 0 {
-                let current = try state.row(in: schema, key: key)
+            let id = try state.takeMutationID()
+            // The server's version of the row, kept while it has pending writes. No shadow
+            // means the server has no such row (the common case: a new row, one read).
+            if let current = try state.row(in: schema, key: key), try state.pendingCount(table: table, key: key) == 0 {
                 try state.connection.query(
                     "insert or replace into _ferry_shadow (table_name, row_key, row) values (?1, ?2, ?3)",
-                    [.text(table), .text(key), current.map { .text(JSONValue.object($0).jsonText) } ?? .null])
+                    [.text(table), .text(key), .text(JSONValue.object(current).jsonText)])
             }
             try state.connection.query(
                 "insert into _ferry_outbox (id, table_name, op, body, row_key) values (?1, ?2, ?3, ?4, ?5)",
                 [.integer(id), .text(table), .text(op.rawValue), .text(JSONValue.object(body).jsonText), .text(key)])
-            try state.setMeta("next_mutation_id", String(id + 1))
-            try state.applyLocally(op, body, in: schema, owner: userID)
-            return try state.row(in: schema, key: key) ?? state.keyColumns(of: key)
+            return try state.applyLocally(op, body, in: schema, owner: userID) ?? state.keyColumns(of: key)
         }
     }
 
@@ -270,7 +270,7 @@ final class LocalStore: Sendable {
     /// transaction: mutations up to `last_mutation_id` leave the outbox (acknowledged, a
     /// lost push answer included), the page's rows are written, pending mutations of the
     /// rows it touched are replayed on top, and the cursor moves.
-    func merge(_ page: PullPage, startedFrom: String?, syncedAt: Date) throws -> Bool {
+    package func merge(_ page: PullPage, startedFrom: String?, syncedAt: Date) throws -> Bool {
         try write { state in
             guard try state.meta("cursor") == startedFrom else { return false }
             var acknowledged: Set<RowKey> = []
@@ -282,27 +282,40 @@ final class LocalStore: Sendable {
                 }
             }
             try state.connection.query("delete from _ferry_outbox where id <= ?1", [.integer(page.lastMutationID)])
+            // Only rows with pending writes need their shadow kept and their writes
+            // replayed: read which those are once, not once per row.
+            var pending: Set<RowKey> = []
+            for row in try state.connection.query("select distinct table_name, row_key from _ferry_outbox") {
+                if case .text(let table) = row[0], case .text(let key) = row[1] {
+                    pending.insert(RowKey(table: table, key: key))
+                }
+            }
             var touched: Set<RowKey> = []
             for (table, changes) in page.changes {
                 guard let schema = state.tables[table] else { continue }
                 for row in changes.upserts {
-                    let key = try state.key(of: row, in: schema, owner: nil)
                     try state.upsertWhole(row, in: schema)
-                    try state.updateShadow(table: table, key: key, row: row)
-                    touched.insert(RowKey(table: table, key: key))
+                    guard !pending.isEmpty else { continue }
+                    let key = RowKey(table: table, key: try state.key(of: row, in: schema, owner: nil))
+                    if pending.contains(key) {
+                        try state.updateShadow(table: table, key: key.key, row: row)
+                        touched.insert(key)
+                    }
                 }
                 for deleted in changes.deletes {
-                    let key = try state.key(of: deleted, in: schema, owner: nil)
-                    try state.delete(in: schema, key: key)
-                    try state.updateShadow(table: table, key: key, row: nil)
-                    touched.insert(RowKey(table: table, key: key))
+                    let key = RowKey(table: table, key: try state.key(of: deleted, in: schema, owner: nil))
+                    try state.delete(in: schema, key: key.key)
+                    if pending.contains(key) {
+                        try state.updateShadow(table: table, key: key.key, row: nil)
+                        touched.insert(key)
+                    }
                 }
             }
             for key in touched {
                 guard let schema = state.tables[key.table] else { continue }
                 try state.replay(schema, key: key.key, owner: userID)
             }
-            for key in acknowledged.union(touched) { try state.dropShadowIfSettled(key) }
+            for key in acknowledged { try state.dropShadowIfSettled(key) }
             try state.setMeta("cursor", page.cursor)
             if !page.hasMore { try state.setMeta("last_synced_at", String(syncedAt.timeIntervalSince1970)) }
             if try state.nextMutationID() <= page.lastMutationID {
@@ -331,7 +344,7 @@ final class LocalStore: Sendable {
     }
 
     /// How many rows the synced tables hold.
-    var rowCount: Int {
+    package var rowCount: Int {
         (try? state.withLock { state in
             try state.tables.keys.reduce(0) { count, name in
                 guard
@@ -393,7 +406,16 @@ struct RowKey: Hashable, Sendable {
 /// hands it to) never keep it. So no two threads touch it, or its SQLite connection, at once.
 final class StoreState: @unchecked Sendable {
     let connection: SQLiteConnection
-    var tables: [String: TableSchema]
+    var tables: [String: TableSchema] {
+        didSet {
+            upsertSQL.removeAll()
+            statementSQL.removeAll()
+        }
+    }
+    /// Each table's whole-row upsert, made once.
+    private var upsertSQL: [String: String] = [:]
+    /// The SQL of local writes and reads by key, by table and the columns they name.
+    private var statementSQL: [String: String] = [:]
 
     init(connection: SQLiteConnection, tables: [String: TableSchema]) {
         self.connection = connection
@@ -419,6 +441,19 @@ final class StoreState: @unchecked Sendable {
     }
 
     func nextMutationID() throws -> Int64 { try meta("next_mutation_id").flatMap { Int64($0) } ?? 1 }
+
+    /// The next mutation id, and the counter moved past it, in one statement.
+    func takeMutationID() throws -> Int64 {
+        let taken = try connection.query(
+            """
+            update _ferry_meta set value = cast(cast(value as integer) + 1 as text) where key = 'next_mutation_id'
+            returning cast(value as integer) - 1
+            """)
+        guard case .integer(let id)? = taken.first?.first else {
+            throw LocalStoreError.invalidRow("the store has no mutation counter")
+        }
+        return id
+    }
 
     /// The key of `row` in `table` as JSON text of the key columns, the owner filled in
     /// with `owner` when the row leaves it out.
@@ -456,9 +491,15 @@ final class StoreState: @unchecked Sendable {
 
     func row(in table: TableSchema, key: String) throws -> FerryRow? {
         let (condition, values) = keyCondition(table, keyColumns(of: key))
-        return try connection.query(
-            "select \(columnList(table)) from \(table.name.quotedIdentifier) where \(condition)", values
-        ).first.map { row(table, $0) }
+        let shape = "select\u{0}" + table.name
+        let sql: String
+        if let cached = statementSQL[shape] {
+            sql = cached
+        } else {
+            sql = "select \(columnList(table)) from \(table.name.quotedIdentifier) where \(condition)"
+            statementSQL[shape] = sql
+        }
+        return try connection.query(sql, values).first.map { row(table, $0) }
     }
 
     func delete(in table: TableSchema, key: String) throws {
@@ -468,39 +509,60 @@ final class StoreState: @unchecked Sendable {
 
     /// Writes a whole row as pull sent it (columns it lacks become NULL).
     func upsertWhole(_ row: FerryRow, in table: TableSchema) throws {
-        let placeholders = (1...table.columns.count).map { "?\($0)" }.joined(separator: ", ")
-        try connection.query(
-            "insert or replace into \(table.name.quotedIdentifier) (\(columnList(table))) values (\(placeholders))",
-            table.columns.map { $0.kind.sqlValue(row[$0.name] ?? .null) })
+        let sql: String
+        if let cached = upsertSQL[table.name] {
+            sql = cached
+        } else {
+            let placeholders = (1...table.columns.count).map { "?\($0)" }.joined(separator: ", ")
+            sql =
+                "insert or replace into \(table.name.quotedIdentifier) (\(columnList(table))) values (\(placeholders))"
+            upsertSQL[table.name] = sql
+        }
+        try connection.query(sql, table.columns.map { $0.kind.sqlValue(row[$0.name] ?? .null) })
     }
 
     /// The local effect of a mutation: an upsert (or insert) writes the columns it names
     /// over the row (creating it), a delete removes it. Columns the local table does not
     /// have are left to the server, which decides about them.
-    func applyLocally(_ op: FerryOperation, _ body: FerryRow, in table: TableSchema, owner: String) throws {
+    /// Returns the row as it now stands (nil after a delete).
+    @discardableResult
+    func applyLocally(_ op: FerryOperation, _ body: FerryRow, in table: TableSchema, owner: String) throws -> FerryRow?
+    {
         let key = try self.key(of: body, in: table, owner: owner)
         if op == .delete {
             try delete(in: table, key: key)
-            return
+            return nil
         }
         var row = body
         if let ownerColumn = table.owner, row[ownerColumn] == nil || row[ownerColumn] == .null {
             row[ownerColumn] = .string(owner)
         }
         let columns = table.columns.filter { row[$0.name] != nil }
-        let names = columns.map(\.name.quotedIdentifier).joined(separator: ", ")
-        let placeholders = (1...max(columns.count, 1)).map { "?\($0)" }.prefix(columns.count).joined(separator: ", ")
-        let updates = columns.filter { !table.key.contains($0.name) }
-            .map { "\($0.name.quotedIdentifier) = excluded.\($0.name.quotedIdentifier)" }
-        let conflict = table.key.map(\.quotedIdentifier).joined(separator: ", ")
-        let action = updates.isEmpty ? "do nothing" : "do update set " + updates.joined(separator: ", ")
-        do {
-            try connection.query(
+        let shape = table.name + "\u{0}" + columns.map(\.name).joined(separator: "\u{0}")
+        let sql: String
+        if let cached = statementSQL[shape] {
+            sql = cached
+        } else {
+            let names = columns.map(\.name.quotedIdentifier).joined(separator: ", ")
+            let placeholders = (0..<columns.count).map { "?\($0 + 1)" }.joined(separator: ", ")
+            let updates = columns.filter { !table.key.contains($0.name) }
+                .map { "\($0.name.quotedIdentifier) = excluded.\($0.name.quotedIdentifier)" }
+            let conflict = table.key.map(\.quotedIdentifier).joined(separator: ", ")
+            let action = updates.isEmpty ? "do nothing" : "do update set " + updates.joined(separator: ", ")
+            sql =
                 "insert into \(table.name.quotedIdentifier) (\(names)) values (\(placeholders)) "
-                    + "on conflict (\(conflict)) \(action)",
-                columns.map { $0.kind.sqlValue(row[$0.name] ?? .null) })
+                + "on conflict (\(conflict)) \(action) returning \(columnList(table))"
+            if statementSQL.count > 256 { statementSQL.removeAll() }
+            statementSQL[shape] = sql
+        }
+        do {
+            let written = try connection.query(sql, columns.map { $0.kind.sqlValue(row[$0.name] ?? .null) })
+            if let values = written.first { return self.row(table, values) }
+            return try self.row(in: table, key: key)
         } catch {
-            if error.isConstraint { throw LocalStoreError.invalidRow(error.message) }
+            if let failure = error as? SQLiteError, failure.isConstraint {
+                throw LocalStoreError.invalidRow(failure.message)
+            }
             throw error
         }
     }
@@ -547,24 +609,22 @@ final class StoreState: @unchecked Sendable {
     /// table refuses (a local constraint) is skipped and stays pending: the server decides.
     func replay(_ table: TableSchema, key: String, owner: String) throws {
         for mutation in try allPending(table: table.name, key: key) {
-            try? applyLocally(mutation.op, mutation.body, in: table, owner: owner)
+            _ = try? applyLocally(mutation.op, mutation.body, in: table, owner: owner)
         }
     }
 
     /// A pulled version of a row with pending writes becomes its server version.
     func updateShadow(table: String, key: String, row: FerryRow?) throws {
         try connection.query(
-            "update _ferry_shadow set row = ?3 where table_name = ?1 and row_key = ?2",
+            "insert or replace into _ferry_shadow (table_name, row_key, row) values (?1, ?2, ?3)",
             [.text(table), .text(key), row.map { .text(JSONValue.object($0).jsonText) } ?? .null])
     }
 
     /// Puts the server's version of a row back (or removes the row when the server has none).
     func restoreShadow(_ table: TableSchema, key: String, owner: String) throws {
-        guard
-            let shadow = try connection.query(
-                "select row from _ferry_shadow where table_name = ?1 and row_key = ?2", [.text(table.name), .text(key)]
-            ).first?.first
-        else { return }
+        let shadow = try connection.query(
+            "select row from _ferry_shadow where table_name = ?1 and row_key = ?2", [.text(table.name), .text(key)]
+        ).first?.first
         try delete(in: table, key: key)
         if case .text(let json) = shadow, let row = (try? JSONValue(json: Data(json.utf8)))?.objectValue {
             try upsertWhole(row, in: table)

@@ -220,5 +220,8 @@ private final class ChangedTables {
 
 extension String {
     /// This string as an SQL identifier: double-quoted, inner quotes doubled.
-    var quotedIdentifier: String { "\"" + replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+    var quotedIdentifier: String {
+        guard utf8.contains(UInt8(ascii: "\"")) else { return "\"" + self + "\"" }
+        return "\"" + split(separator: "\"", omittingEmptySubsequences: false).joined(separator: "\"\"") + "\""
+    }
 }
