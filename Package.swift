@@ -75,6 +75,8 @@ let package = Package(
         .target(name: "FerryClient", dependencies: ["CSQLite"], path: "Sources/FerryClient"),
         /// The example apps' tables from a terminal; two state folders are two devices.
         .executableTarget(name: "ferry-demo", dependencies: ["FerryClient"]),
+        /// FerryClient's local costs beside bare SQLite; bench/client.sh drives it.
+        .executableTarget(name: "ferry-client-bench", dependencies: ["FerryClient", "CSQLite"]),
 
         // MARK: - Tests
         /// Shared by the test targets: the PostgreSQL each test gets, small socket clients,

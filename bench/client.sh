@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# FerryClient (issue 13, "Benchmarks"): the SDK's local costs beside bare SQLite, in one
+# run, through the release ferry-client-bench against a release `ferry serve` on the
+# embedded database (migrated with sql/ferry and both examples).
+#
+#   enqueue     FerryClient.enqueue against a bare prepared INSERT of the same row in one
+#               transaction (both WAL, synchronous=NORMAL): goal >= 0.5 x
+#   first load  LocalStore.merge of a real first load (ROWS rows of tasks, the pull
+#               answers captured once) against a bare bulk INSERT of the same rows in one
+#               transaction: goal >= 0.5 x; also reported with the answers' JSON parsed
+#   cue -> store  not measured until the cue stream lands (printed as such)
+#
+# Usage: bench/client.sh   (env: ROUNDS=5 ENQUEUES=2000 ROWS=10000)
+# Medians of ROUNDS interleaved rounds. The users it signs up stay in the database.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.bash
+
+ROUNDS=${ROUNDS:-5}
+ENQUEUES=${ENQUEUES:-2000}
+ROWS=${ROWS:-10000}
+LOOPS=${LOOPS:-2}
+POOL_SIZE=${POOL_SIZE:-8}
+
+swift build -c release --product ferry >&2
+swift build -c release --product ferry-client-bench >&2
+BIN=$(swift build -c release --show-bin-path)
+FERRY=$BIN/ferry
+OWNER_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle --dir sql/examples/tasks >&2
+GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+
+tmp=$(mktemp -d)
+cleanup() {
+    stop_gateways
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+export FERRY_PUSH_BYTES_PER_SECOND=1073741824
+choose_gateway_address
+start_gateways 1 127.0.0.1
+
+${BENCH_WRAPPER:-} "$BIN/ferry-client-bench" --server "$base" --rounds "$ROUNDS" --enqueues "$ENQUEUES" --rows "$ROWS" --dir "$tmp"
