@@ -55,6 +55,13 @@ public final class FerryClient: Sendable {
     private let observers = Mutex<[UUID: TableObserver]>([:])
     let heartbeats = Mutex<[String: Task<Void, Never>]>([:])
     private let refresher = Mutex<Task<Void, Never>?>(nil)
+    private let cues = Shared<CueListener?>(nil)
+
+    /// The cue stream and the task that acts on its events.
+    private struct CueListener: Sendable {
+        var stream: CueStream
+        var task: Task<Void, Never>
+    }
 
     private struct Current: Sendable {
         var store: LocalStore?
@@ -110,6 +117,7 @@ public final class FerryClient: Sendable {
         }
         if configuration.syncsAutomatically {
             startRefreshing()
+            await startStream()
             await engine.request(push: true, pull: true)
         }
     }
@@ -268,20 +276,70 @@ public final class FerryClient: Sendable {
     /// failure (``FerryError/unreachable(_:)`` offline: the outbox stays, and is retried).
     public func sync() async throws { try await engine.sync() }
 
-    /// The app came to the foreground: refresh if due, push and pull now (and reconnect
-    /// the stream, once there is one).
+    /// The app came to the foreground: the cue stream reconnects, and the outbox is
+    /// pushed and the store pulled now (the backoff starts over).
     public func didEnterForeground() async {
-        await engine.resumeIfSignedIn(user != nil)
+        guard user != nil else { return }
+        await engine.resumeIfSignedIn(true)
+        await startStream()
         await engine.reconnected()
     }
 
-    /// The app went to the background: the outbox stays and nothing else is lost.
-    public func didEnterBackground() async {}
+    /// The app went to the background: the cue stream closes; the outbox stays.
+    public func didEnterBackground() async { await stopStream() }
 
-    /// Stops background work (sync, refresh, lock heartbeats) and waits for it to end.
+    /// Stops background work (stream, sync, refresh, lock heartbeats) and waits for it to end.
     public func close() async {
+        await stopStream()
         await engine.stop()
         stopBackgroundTasks()
+    }
+
+    // MARK: - The cue stream
+
+    /// Opens the cue stream (a no-op while it runs): after every (re)connect the client
+    /// pushes and pulls; a cue pulls (its own device's echo skipped), debounced, and a cue
+    /// during a pull folds into one more; a stream the server ended signs out locally.
+    private func startStream() async {
+        guard cues.withLock({ $0 == nil }), let deviceID = user?.deviceID else { return }
+        let account = self.account
+        var streamConfiguration = CueStream.Configuration(serverURL: server)
+        streamConfiguration.backoffBase = .milliseconds(Int(configuration.retryBase * 1000))
+        streamConfiguration.backoffCap = .milliseconds(Int(min(configuration.retryCap, 30) * 1000))
+        let stream = CueStream(configuration: streamConfiguration) { forceRefresh in
+            try await account.accessToken(forceRefresh: forceRefresh)
+        }
+        let engine = self.engine
+        let status = statusBroadcast
+        let task = Task { [weak self] in
+            for await event in stream.events {
+                switch event {
+                case .opened:
+                    status.update { $0.connected = true }
+                    await engine.reconnected()
+                case .cue(let tables, let origin):
+                    if origin == deviceID && !tables.isEmpty { continue }
+                    await engine.request(push: false, pull: true, debounce: true)
+                case .disconnected:
+                    status.update { $0.connected = false }
+                case .sessionEnded(let code):
+                    await self?.account.end(reason: code == 4004 ? "account_deleted" : "session_revoked")
+                }
+            }
+        }
+        cues.withLock { $0 = CueListener(stream: stream, task: task) }
+        await stream.start()
+    }
+
+    private func stopStream() async {
+        guard
+            let listener = cues.withLock({ current in
+                defer { current = nil }
+                return current
+            })
+        else { return }
+        await listener.stream.stop()
+        listener.task.cancel()
     }
 
     private func startRefreshing() {
@@ -350,6 +408,7 @@ public final class FerryClient: Sendable {
     /// afresh (for `.keepCloud`, its own local rows are gone first).
     public func signIn(email: String, password: String, choice: SignInChoice? = nil) async throws {
         try await engine.drain()
+        await stopStream()
         await engine.stop()
         let old = current.withLock { $0.store }
         let signedIn: (session: StoredSession, reset: Bool)
@@ -357,6 +416,7 @@ public final class FerryClient: Sendable {
             signedIn = try await account.signIn(email: email, password: password, resolve: choice)
         } catch {
             await engine.resume()
+            if configuration.syncsAutomatically { await startStream() }
             throw error
         }
         // The device's rows are now the account's (keep_device) or gone (keep_cloud): the
@@ -369,7 +429,10 @@ public final class FerryClient: Sendable {
         await engine.resume()
         eventBroadcast.send(.accountChanged(user))
         do { try await engine.sync() } catch { configuration.log("the first load after signing in failed: \(error)") }
-        if configuration.syncsAutomatically { startRefreshing() }
+        if configuration.syncsAutomatically {
+            startRefreshing()
+            await startStream()
+        }
     }
 
     /// Signs out: stops sync and waits for what is in flight, tells the server (best
@@ -377,6 +440,7 @@ public final class FerryClient: Sendable {
     /// even when the server could not be told or a file could not be deleted (the log
     /// says which); a new `FerryClient` on the folder is a fresh install.
     public func signOut() async {
+        await stopStream()
         await engine.stop()
         stopBackgroundTasks()
         await account.signOutOnServer()
@@ -387,11 +451,13 @@ public final class FerryClient: Sendable {
     /// device as ``signOut()`` does. Throws, and changes nothing locally, when the
     /// server could not be asked.
     public func deleteAccount() async throws {
+        await stopStream()
         await engine.stop()
         do {
             try await account.deleteOnServer()
         } catch {
             await engine.resume()
+            if configuration.syncsAutomatically { await startStream() }
             throw error
         }
         stopBackgroundTasks()
@@ -425,7 +491,10 @@ public final class FerryClient: Sendable {
             $0.user = nil
         }
         let engine = self.engine
-        Task { await engine.stop() }
+        Task { [weak self] in
+            await self?.stopStream()
+            await engine.stop()
+        }
         stopBackgroundTasks()
         eventBroadcast.send(.sessionEnded(reason: reason))
     }

@@ -88,7 +88,9 @@ func run(_ arguments: [String]) async throws {
     guard known.contains(command) else { throw Exit.badArguments("unknown command \(command)") }
 
     var configuration = FerryClient.Configuration()
-    configuration.syncsAutomatically = false
+    // Only watch holds the stream and syncs in the background; every other command does
+    // its one thing and exits.
+    configuration.syncsAutomatically = command == "watch"
     configuration.requestTimeout = 15
     let ferry = try await FerryClient(server: server, stateDirectory: state, configuration: configuration)
 
@@ -143,9 +145,34 @@ func run(_ arguments: [String]) async throws {
         guard operands.count == 2, operands[0] == "--seconds", let seconds = Double(operands[1]), seconds >= 0 else {
             throw Exit.badArguments("watch takes --seconds N")
         }
-        throw Exit(
-            status: 1,
-            message: "watch is not available yet: FerryClient's cue stream (CueStream) has not landed in this build")
+        // A line per pull that reached the end: {"synced_at", "tables", "pending_mutations"}.
+        let events = ferry.events()
+        let printer = Task {
+            var synced = 0
+            for await event in events {
+                switch event {
+                case .pulled(let tables):
+                    synced += 1
+                    printJSON([
+                        "synced_at": .string(ISO8601DateFormatter().string(from: Date())),
+                        "tables": .array(tables.sorted().map(JSONValue.string)),
+                        "pending_mutations": .integer(Int64(ferry.status.pendingMutations)),
+                    ])
+                    fflush(nil)
+                case .mutationRejected(let mutation):
+                    FileHandle.standardError.write(
+                        Data(
+                            "ferry-demo: mutation \(mutation.id) rejected: \(mutation.code): \(mutation.message)\n".utf8
+                        ))
+                default: continue
+                }
+            }
+            return synced
+        }
+        try await Task.sleep(for: .seconds(seconds))
+        await ferry.close()
+        printer.cancel()
+        if await printer.value == 0, let error = ferry.status.lastError { throw error }
 
     case "link":
         try expect(2)

@@ -73,6 +73,31 @@ func shownIDs(_ json: String, column: String = "id") throws -> [String] {
         }
     }
 
+    /// `watch` holds the cue stream: it pulls once the stream opens, and again when the
+    /// other device's push cues it, printing a line per pull.
+    @Test func watchPullsWhenAnotherDevicePushes() async throws {
+        try await DemoGateway.with { gateway in
+            let phone = gateway.device("phone")
+            let laptop = gateway.device("laptop")
+            try await gateway.demoJSON(phone, "link", "ana@example.com", "correct horse")
+            try await gateway.demoJSON(laptop, "signin", "ana@example.com", "correct horse")
+            let (watch, output, errors) = try gateway.startDemo(laptop, ["watch", "--seconds", "20"])
+            func lines() -> [String] {
+                ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+            }
+            try await eventually("watch's first pull", seconds: 15) { !lines().isEmpty }
+            try await gateway.demoJSON(phone, "enqueue", "tasks", "upsert", #"{"id": "from-phone"}"#)
+            try await gateway.demoJSON(phone, "sync")
+            try await eventually("watch pulling the phone's task", seconds: 15) {
+                lines().contains { $0.contains(#""tables":["tasks"]"#) }
+            }
+            watch.send(SIGTERM)
+            _ = watch.wait(seconds: 10)
+            #expect(try shownIDs(try await gateway.show(laptop, "tasks")) == ["from-phone"])
+            #expect(!lines().isEmpty, "\((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")")
+        }
+    }
+
     @Test func aRejectedMutationExitsOneAndItsRowIsPutBack() async throws {
         try await DemoGateway.with { gateway in
             let device = gateway.device("phone")

@@ -36,7 +36,8 @@ public enum FerryEvent: Sendable, Equatable {
     case syncFailed(error: FerryError, retryIn: TimeInterval)
     /// The account changed: signed up, linked, signed in, signed out (`nil`), deleted (`nil`).
     case accountChanged(FerryUser?)
-    /// A pull merged changes into these tables.
+    /// A pull reached the end of what changed; it merged changes into these tables
+    /// (none: nothing had changed).
     case pulled(tables: Set<String>)
 }
 

@@ -323,6 +323,7 @@ actor SyncEngine {
         if !schemaChecked { try await refreshSchema(store) }
         var schemaReread = false
         var resets = 0
+        var changed: Set<String> = []
         status.update { $0.downloading = true }
         defer { status.update { $0.downloading = false } }
         // Bounded: a pull that never ends (a server that says has_more forever) stops here.
@@ -359,12 +360,15 @@ actor SyncEngine {
             }
             if merged {
                 let tables = Set(page.changes.filter { !$0.value.upserts.isEmpty || !$0.value.deletes.isEmpty }.keys)
-                if !tables.isEmpty { events.send(.pulled(tables: tables)) }
+                changed.formUnion(tables)
                 status.update {
                     $0.pendingMutations = store.pendingCount
                     $0.lastSyncedAt = store.lastSyncedAt ?? $0.lastSyncedAt
                 }
-                if !page.hasMore { return }
+                if !page.hasMore {
+                    events.send(.pulled(tables: changed))
+                    return
+                }
             }
         }
         throw .invalidAnswer("the pull did not end")
