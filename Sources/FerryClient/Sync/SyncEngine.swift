@@ -148,10 +148,10 @@ actor SyncEngine {
             passesStarted += 1
             let number = passesStarted
             var result = PassResult()
-            if push { result.push = await attemptPush() }
+            if push { result.push = await outcome(pushing: true) }
             // A pull after a failed push still runs: it is independent, and it may
             // acknowledge what the lost push answer did not.
-            if pull { result.pull = await attemptPull() }
+            if pull { result.pull = await outcome(pushing: false) }
             finish(pass: number, result)
         }
         // No await since the condition was checked: a request made meanwhile would have
@@ -198,20 +198,11 @@ actor SyncEngine {
         request(push: push, pull: pull)
     }
 
-    private func attemptPush() async -> FerryError? {
+    /// Pushes (or pulls) on the current store; the failure, or nil.
+    private func outcome(pushing: Bool) async -> FerryError? {
         guard let store = store() else { return .signedOut }
         do {
-            try await pushAll(store)
-            return nil
-        } catch {
-            return error
-        }
-    }
-
-    private func attemptPull() async -> FerryError? {
-        guard let store = store() else { return .signedOut }
-        do {
-            try await pullAll(store)
+            if pushing { try await pushAll(store) } else { try await pullAll(store) }
             return nil
         } catch {
             return error
