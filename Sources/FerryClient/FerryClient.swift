@@ -26,6 +26,9 @@ public final class FerryClient: Sendable {
         /// Whether writes are pushed, and the session refreshed, in the background. Off,
         /// nothing moves until ``sync()`` (a command-line tool's way).
         public var syncsAutomatically = true
+        /// Whether, while syncing automatically, the client holds the cue stream (and pulls
+        /// when told to). Off, it pulls at launch, on `sync()`, on foreground and on retries.
+        public var holdsCueStream = true
         /// Seconds between the heartbeats of a held lock (the server's default stale limit is 30 s).
         public var lockHeartbeatInterval: TimeInterval = 10
         /// Where the client's log lines go (rejected mutations, retries, session ends);
@@ -301,7 +304,7 @@ public final class FerryClient: Sendable {
     /// pushes and pulls; a cue pulls (its own device's echo skipped), debounced, and a cue
     /// during a pull folds into one more; a stream the server ended signs out locally.
     private func startStream() async {
-        guard cues.withLock({ $0 == nil }), let deviceID = user?.deviceID else { return }
+        guard configuration.holdsCueStream, cues.withLock({ $0 == nil }), let deviceID = user?.deviceID else { return }
         let account = self.account
         var streamConfiguration = CueStream.Configuration(serverURL: server)
         streamConfiguration.backoffBase = .milliseconds(Int(configuration.retryBase * 1000))
