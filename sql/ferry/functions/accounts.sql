@@ -69,7 +69,10 @@ $$;
 -- and the anonymous user's rows move to the cloud account. Where a table's primary key
 -- includes the owner, a cloud row under the same key as a moving row is replaced by it
 -- (the moved row is a newer version of that key for every device); with the owner as
--- the only key column, the two users' rows share the key whenever both exist.
+-- the only key column, the two users' rows share the key whenever both exist. The
+-- anonymous user's WatermelonDB timestamps move too, so the device syncs on from its
+-- last pull: every row moved or tombstoned here gets a new _stamp, which no earlier
+-- snapshot sees.
 create or replace function ferry.move_user_rows(p_from uuid, p_to uuid) returns void
 language plpgsql security definer set search_path = ''
 as $$
@@ -98,6 +101,7 @@ begin
         execute pg_catalog.format('update %s set %2$I = $2 where %2$I = $1', t.table_name, t.owner_column)
             using p_from, p_to;
     end loop;
+    update ferry.watermelon_cursors c set user_id = p_to where c.user_id = p_from;
 end
 $$;
 

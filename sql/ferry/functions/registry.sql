@@ -223,6 +223,7 @@ begin
     perform ferry.install_pull_reader(p_table);
     perform ferry.install_pull_rows();
     perform ferry.install_upserts();
+    perform ferry.install_watermelon();
 
     select * into v_shared from ferry.tables_keyed_across_users() t where t.table_name = p_table;
     if found then
@@ -236,7 +237,7 @@ end
 $$;
 
 comment on function ferry.register_table(regclass, text, name, jsonb) is
-    'Makes a table synced with a strategy (lww, insert_only, set, device_lock, readonly, shared): sync columns, stamp trigger, cue triggers, TRUNCATE guard, (owner, _stamp) index, RLS, grants to ferry_client (column grants without the lock columns for device_lock), pull reader, static upsert, registry row. Warns when a table clients write has a primary key without the owner column (see ferry.tables_keyed_across_users). Idempotent.';
+    'Makes a table synced with a strategy (lww, insert_only, set, device_lock, readonly, shared): sync columns, stamp trigger, cue triggers, TRUNCATE guard, (owner, _stamp) index, RLS, grants to ferry_client (column grants without the lock columns for device_lock), pull reader, static upsert, WatermelonDB reader, registry row. Warns when a table clients write has a primary key without the owner column (see ferry.tables_keyed_across_users). Idempotent.';
 
 -- Every registered table of a strategy clients write (lww, insert_only, set,
 -- device_lock) whose primary key does not contain its owner column, unless its options
@@ -627,12 +628,17 @@ comment on function ferry.install_upserts() is
 -- MARK: - Schema
 
 -- GET /v1/schema: {"tables": [{"name", "strategy", "key": [...], "owner": column or null,
--- "columns": [{"name", "type"}, ...]}, ...]}, every registered table the caller may read,
--- by name; columns in table order with their PostgreSQL types (format_type), without
--- Ferry's internal ones. updated_at is listed: pull sends it.
+-- "columns": [{"name", "type"}, ...], "watermelon": {...}}, ...]}, every registered table
+-- the caller may read, by name; columns in table order with their PostgreSQL types
+-- (format_type), without Ferry's internal ones. updated_at is listed: pull sends it.
+-- "watermelon" is ferry.watermelon_schema's answer (watermelon.sql): whether
+-- /v1/watermelon/sync serves the table, and as what WatermelonDB columns. PL/pgSQL, whose
+-- body is not checked when it is created: watermelon.sql comes after this file.
 create or replace function ferry.table_schema() returns jsonb
-language sql stable
+language plpgsql stable
 as $$
+begin
+    return (
     select pg_catalog.jsonb_build_object('tables', coalesce(pg_catalog.jsonb_agg(t.entry order by t.name), '[]'))
     from (
         select c.relname as name, pg_catalog.jsonb_build_object(
@@ -648,19 +654,24 @@ as $$
                     'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod)) order by a.attnum)
                 from pg_catalog.pg_attribute a
                 where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
-                    and a.attname <> all (ferry.internal_columns()))
+                    and a.attname <> all (ferry.internal_columns())),
+            'watermelon', ferry.watermelon_schema(c.oid)
         ) as entry
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         where pg_catalog.has_table_privilege(s.table_name, 'select')
-    ) t;
+    ) t);
+end
 $$;
 
 -- MARK: - Generated code, made again
 
 -- What register_table generates, made again for every registered table: its triggers
--- and pull reader, then the dispatcher and the static upserts. A table that lost its
--- primary key keeps its reader, which refuses to read (register the table again).
+-- and pull reader, then the dispatcher, the static upserts and the WatermelonDB pull
+-- reader. A table that lost its primary key keeps its reader, which refuses to read
+-- (register the table again). ferry.install_watermelon is defined in watermelon.sql,
+-- which comes after this file: applied to a database that lacks it yet, the file that
+-- defines it builds its reader itself when it is applied.
 create or replace function ferry.rebuild_generated_code() returns void
 language plpgsql set search_path = ''
 as $$
@@ -678,11 +689,14 @@ begin
     end loop;
     perform ferry.install_pull_rows();
     perform ferry.install_upserts();
+    if pg_catalog.to_regprocedure('ferry.install_watermelon()') is not null then
+        perform ferry.install_watermelon();
+    end if;
 end
 $$;
 
 comment on function ferry.rebuild_generated_code() is
-    'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows and the static upserts ferry.upsert_row. Called at the end of sql/ferry/functions/registry.sql.';
+    'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_read. Called at the end of sql/ferry/functions/registry.sql.';
 
 -- MARK: - Grants
 

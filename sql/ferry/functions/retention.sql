@@ -9,7 +9,9 @@
 -- purge-tombstones does, one transaction per call). A purge that deletes nothing leaves
 -- the horizon alone (no new purge_xid). FOR UPDATE SKIP LOCKED: a tombstone a push is
 -- reviving is left for the next run. No index on updated_at is made: each call scans
--- each table for old tombstones.
+-- each table for old tombstones. Each call also trims at most p_batch WatermelonDB
+-- timestamps as old, each device keeping its newest (ferry.trim_watermelon_cursors,
+-- watermelon.sql); they are not counted in the answer.
 create or replace function ferry.purge_tombstones(p_older_than interval, p_batch integer) returns bigint
 language plpgsql security definer set search_path = ''
 as $$
@@ -50,6 +52,7 @@ begin
         end if;
         exit when v_left <= 0;
     end loop;
+    perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),
