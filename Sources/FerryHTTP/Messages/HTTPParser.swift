@@ -58,9 +58,14 @@ final class HTTPParser {
     private(set) var messageComplete = false
     /// Set by a callback that halted the parser because a limit was crossed.
     private(set) var limitExceeded: LimitExceeded?
+    /// The path limit of the message being read (set when its head is complete), or nil
+    /// when ``HTTPLimits/maxBodyBytes`` applies.
+    private(set) var pathBodyLimit: PathBodyLimit?
+    private var maxBodyBytes: Int
 
     init(limits: HTTPLimits) {
         self.limits = limits
+        maxBodyBytes = limits.maxBodyBytes
         parser = .allocate(capacity: 1)
         http_parser_init(parser, HTTP_REQUEST)
         url.reserveCapacity(64)
@@ -105,6 +110,8 @@ final class HTTPParser {
             inValue = false
             expectsContinue = false
             isUpgrade = false
+            pathBodyLimit = nil
+            maxBodyBytes = limits.maxBodyBytes
         }
         return (url, headers, body)
     }
@@ -175,10 +182,12 @@ final class HTTPParser {
         isHTTP10 = isHTTP1 && parser.pointee.http_minor == 0
         isUpgrade = parser.pointee.upgrade == 1
         progress = .body
+        pathBodyLimit = limits.pathBodyLimit(forTarget: url)
+        maxBodyBytes = pathBodyLimit?.maxBytes ?? limits.maxBodyBytes
         // content_length is ULLONG_MAX when the request has no Content-Length.
         let declared = parser.pointee.content_length
         if declared != UInt64.max {
-            guard declared <= UInt64(limits.maxBodyBytes) else {
+            guard declared <= UInt64(maxBodyBytes) else {
                 limitExceeded = .body
                 return -1
             }
@@ -188,7 +197,7 @@ final class HTTPParser {
     }
 
     private func recordBody(_ bytes: UnsafeRawBufferPointer) -> Int32 {
-        guard body.count + bytes.count <= limits.maxBodyBytes else {
+        guard body.count + bytes.count <= maxBodyBytes else {
             limitExceeded = .body
             return 1
         }

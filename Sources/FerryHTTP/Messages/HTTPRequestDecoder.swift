@@ -6,6 +6,9 @@ public enum HTTPRequestError: Error, Equatable, Sendable {
     case malformed(String)
     /// The body exceeds ``HTTPLimits/maxBodyBytes`` (`413 payload_too_large`).
     case payloadTooLarge
+    /// The body exceeds its path's limit (``HTTPLimits/pathBodyLimits``): `413
+    /// payload_too_large` with that limit's message.
+    case payloadTooLargeForPath(message: String)
     /// The request target exceeds ``HTTPLimits/maxURLBytes`` (`414 uri_too_long`).
     case uriTooLong
     /// The header fields exceed ``HTTPLimits/maxHeaderBytes`` (`431 headers_too_large`).
@@ -18,6 +21,8 @@ public enum HTTPRequestError: Error, Equatable, Sendable {
             .error(status: .badRequest, code: "invalid_request", message: "malformed HTTP request: \(reason)")
         case .payloadTooLarge:
             .error(status: .payloadTooLarge, code: "payload_too_large", message: "request body is too large")
+        case .payloadTooLargeForPath(let message):
+            .error(status: .payloadTooLarge, code: "payload_too_large", message: message)
         case .uriTooLong:
             .error(status: .uriTooLong, code: "uri_too_long", message: "request URL is too long")
         case .headersTooLarge:
@@ -81,7 +86,11 @@ struct HTTPRequestDecoder {
             switch parser.limitExceeded {
             case .url: return (consumed, .error(.uriTooLong))
             case .headers: return (consumed, .error(.headersTooLarge))
-            case .body: return (consumed, .error(.payloadTooLarge))
+            case .body:
+                if let limit = parser.pathBodyLimit {
+                    return (consumed, .error(.payloadTooLargeForPath(message: limit.message)))
+                }
+                return (consumed, .error(.payloadTooLarge))
             case nil:
                 if parser.errno == HPE_HEADER_OVERFLOW { return (consumed, .error(.headersTooLarge)) }
                 return (consumed, .error(.malformed(parser.errorDescription)))

@@ -19,11 +19,16 @@ public struct HTTPLimits: Sendable, Equatable {
     /// the connection when its client takes none of those bytes for the idle timeout.
     /// A taken-over connection (a stream) stops reading past it too. Default 256 KiB.
     public var maxUnsentBytes: Int
+    /// Body limits of particular paths, each in place of ``maxBodyBytes`` for requests
+    /// to its path: a route that takes larger bodies than the rest. The limit is known
+    /// once the head is read, so a body is refused before it is buffered. Default none.
+    public var pathBodyLimits: [PathBodyLimit]
 
     /// Creates limits; every argument defaults to PROTOCOL.md's figure.
     public init(
         maxBodyBytes: Int = 1 << 20, maxHeaderBytes: Int = 16 << 10, maxHeaderFields: Int = 100,
-        maxURLBytes: Int = 8 << 10, maxPipelinedRequests: Int = 16, maxUnsentBytes: Int = 256 << 10
+        maxURLBytes: Int = 8 << 10, maxPipelinedRequests: Int = 16, maxUnsentBytes: Int = 256 << 10,
+        pathBodyLimits: [PathBodyLimit] = []
     ) {
         precondition(
             maxBodyBytes >= 0 && maxHeaderBytes > 0 && maxHeaderFields > 0 && maxURLBytes > 0,
@@ -36,5 +41,37 @@ public struct HTTPLimits: Sendable, Equatable {
         self.maxURLBytes = maxURLBytes
         self.maxPipelinedRequests = maxPipelinedRequests
         self.maxUnsentBytes = maxUnsentBytes
+        precondition(pathBodyLimits.allSatisfy { $0.maxBytes >= 0 }, "limits must be positive")
+        self.pathBodyLimits = pathBodyLimits
+    }
+
+    /// The path limit for the request target `target` (the path and any query, as
+    /// sent), or nil when ``maxBodyBytes`` applies.
+    func pathBodyLimit(forTarget target: [UInt8]) -> PathBodyLimit? {
+        guard !pathBodyLimits.isEmpty else { return nil }
+        let end =
+            target.firstIndex { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") } ?? target.endIndex
+        let segments = target[..<end].split(separator: UInt8(ascii: "/"))
+        return pathBodyLimits.first { limit in
+            limit.path.utf8.split(separator: UInt8(ascii: "/")).elementsEqual(segments) { $0.elementsEqual($1) }
+        }
+    }
+}
+
+/// A body limit for the requests to one path (``HTTPLimits/pathBodyLimits``).
+public struct PathBodyLimit: Sendable, Equatable {
+    /// The path, matched as ``Router`` matches a pattern of literal segments: segment by
+    /// segment, bytes as sent, empty segments ignored (`/v1/big/` is `/v1/big`).
+    public var path: String
+    /// The largest body accepted on this path (`413 payload_too_large` above it).
+    public var maxBytes: Int
+    /// The `413`'s message, e.g. naming the setting that raises the limit.
+    public var message: String
+
+    /// A limit of `maxBytes` for `path`, refused with `message`.
+    public init(path: String, maxBytes: Int, message: String) {
+        self.path = path
+        self.maxBytes = maxBytes
+        self.message = message
     }
 }
