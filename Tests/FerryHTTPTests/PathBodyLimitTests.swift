@@ -6,7 +6,8 @@ import Testing
 /// when the head is complete, so a body over it is refused before it is buffered.
 @Suite struct PathBodyLimitTests {
     let limits = HTTPLimits(
-        maxBodyBytes: 4, pathBodyLimits: [PathBodyLimit(path: "/v1/big", maxBytes: 10, message: "over 10 (BIG_SETTING)")])
+        maxBodyBytes: 4,
+        pathBodyLimits: [PathBodyLimit(path: "/v1/big", maxBytes: 10, message: "over 10 (BIG_SETTING)")])
 
     func post(_ target: String, body: String) -> String {
         "POST \(target) HTTP/1.1\r\nHost: a\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"

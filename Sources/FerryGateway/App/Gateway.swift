@@ -79,9 +79,13 @@ public final class Gateway: Sendable {
             sending: Listener(
                 loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel, Self.revocationChannel]),
             loop: listenerLoop)
+        let watermelonRoutes = WatermelonRoutes(
+            accounts: accounts, maxPushRecords: configuration.watermelonMaxPushRecords,
+            maxBodyBytes: configuration.watermelonMaxBodyBytes)
         var limits = HTTPLimits()
         limits.maxBodyBytes = configuration.maxBodyBytes
         limits.maxUnsentBytes = configuration.maxUnsentBytes
+        limits.pathBodyLimits = [watermelonRoutes.bodyLimit]
         var http = HTTPServerConfiguration(
             host: configuration.host, port: configuration.port, limits: limits,
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
@@ -103,6 +107,7 @@ public final class Gateway: Sendable {
                 routes.register(in: &router, context: context)
                 accountRoutes.register(in: &router, context: context)
                 syncRoutes.register(in: &router, context: context)
+                watermelonRoutes.register(in: &router, context: context)
                 LockRoutes(accounts: accounts).register(in: &router, context: context)
                 streamRoutes.register(in: &router, context: context)
                 return router

@@ -60,6 +60,12 @@ public struct GatewayConfiguration: Sendable {
     public var requestsPerUser: Int
     /// Push body bytes one device may send per second on this process.
     public var pushBytesPerSecond: Int
+    /// Largest body of a WatermelonDB push (`POST /v1/watermelon/sync`), bytes: in place
+    /// of ``maxBodyBytes`` on that route, since an app's first push carries everything
+    /// it made offline.
+    public var watermelonMaxBodyBytes: Int
+    /// Most records (created, updated and deleted) in one WatermelonDB push.
+    public var watermelonMaxPushRecords: Int
 
     /// Milliseconds between stream heartbeats (`heartbeat_ms` of `hello`).
     public var streamHeartbeatMilliseconds: Int
@@ -151,6 +157,12 @@ public struct GatewayConfiguration: Sendable {
             "push-bytes-per-second", env: "FERRY_PUSH_BYTES_PER_SECOND", default: "65536",
             help: "push body bytes one device may send per second on this gateway (more: 429)"),
         Setting(
+            "watermelon-max-body-bytes", env: "FERRY_WATERMELON_MAX_BODY_BYTES", default: "16777216",
+            help: "largest body of a WatermelonDB push, POST /v1/watermelon/sync (larger: 413)"),
+        Setting(
+            "watermelon-max-push-records", env: "FERRY_WATERMELON_MAX_PUSH_RECORDS", default: "20000",
+            help: "most records in one WatermelonDB push (more: 413)"),
+        Setting(
             "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
             help: "milliseconds between stream heartbeats (WebSocket ping, SSE comment)"),
         Setting(
@@ -215,6 +227,8 @@ public struct GatewayConfiguration: Sendable {
         requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
         requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
+        watermelonMaxBodyBytes = try values.integer("watermelon-max-body-bytes", in: 1024...(1 << 30))!
+        watermelonMaxPushRecords = try values.integer("watermelon-max-push-records", in: 1...1_000_000)!
         streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!

@@ -73,6 +73,7 @@ public struct HTTPResponse: Sendable {
             case .string(let text): JSONString.append(text, to: &body)
             case .integer(let number): body.append(contentsOf: String(number).utf8)
             case .null: body.append(contentsOf: "null".utf8)
+            case .json(let bytes): body.append(contentsOf: bytes)
             }
         }
         body.append(contentsOf: "}}".utf8)
@@ -87,5 +88,7 @@ public struct HTTPResponse: Sendable {
         case integer(Int)
         /// JSON null.
         case null
+        /// A JSON value already encoded (an object PostgreSQL built), written as it is.
+        case json([UInt8])
     }
 }

@@ -167,7 +167,7 @@ import Testing
                 _ = try await laptop.watermelonPush(
                     laptopPull.timestamp, ["tasks": changes(updated: [["id": "t1", "title": "from the laptop"]])])
             }
-            #expect(refusal?.sqlState == "FRCNF", "\(String(describing: refusal))")
+            #expect(refusal?.sqlState == SQLState.watermelonConflict, "\(String(describing: refusal))")
             #expect(try await database.value("select title from tasks where id = 't1'") == "from the phone")
             try await other.execute("commit")
             await other.close()
@@ -196,9 +196,10 @@ import Testing
                 ["tasks": changes(updated: [["id": "t9", "user_id": a, "title": "planted"]])])
             #expect(naming.rejectedIDs == ["tasks": ["t9"]], "\(naming)")
             #expect(
-                try await database.rows("select user_id::text, id, title, _deleted::text from tasks order by title") == [
-                    [a, "t1", "ana's", "false"], [b, "t1", "bo's", "true"],
-                ])
+                try await database.rows("select user_id::text, id, title, _deleted::text from tasks order by title")
+                    == [
+                        [a, "t1", "ana's", "false"], [b, "t1", "bo's", "true"],
+                    ])
             let anaNext = try await ana.watermelonPull(anaPull.timestamp)
             #expect(anaNext.updatedIDs("tasks") == ["t1"] && anaNext.deleted("tasks").isEmpty, "\(anaNext)")
             #expect(anaNext.updated("tasks").first?["title"] as? String == "ana's")
@@ -227,7 +228,9 @@ import Testing
                                 "_changed": "", "local_only": "x", "updated_at": 5,
                             ]
                         ],
-                        updated: [["id": "new", "title": "updated, not there", "_status": "updated", "_changed": "title"]],
+                        updated: [
+                            ["id": "new", "title": "updated, not there", "_status": "updated", "_changed": "title"]
+                        ],
                         deleted: ["never-was"]),
                     "local_drafts": changes(),
                     "records": changes(),
@@ -235,7 +238,8 @@ import Testing
             #expect(answer.isEmpty, "\(answer)")
             #expect(
                 try await database.rows(
-                    "select id, title, position::text, (updated_at > now() - interval '1 hour')::text from tasks order by id")
+                    "select id, title, position::text, (updated_at > now() - interval '1 hour')::text from tasks order by id"
+                )
                     == [["new", "updated, not there", "0", "true"], ["old", "created again", "2", "true"]])
             await client.close()
         }
@@ -251,11 +255,12 @@ import Testing
                 try await database.admin.execute("update tasks set title = 'changed' where id = 't2'")
                 _ = try await inbox.drain(database.admin)
                 let push: [String: Any] = [
-                    "tasks": changes(created: [["id": "t3", "title": "three"]], updated: [["id": "t2", "title": "mine"]]),
+                    "tasks": changes(
+                        created: [["id": "t3", "title": "three"]], updated: [["id": "t2", "title": "mine"]]),
                     "tags": changes(created: [["id": "g1", "label": "x"]]),
                 ]
                 let refusal = await sqlError { _ = try await client.watermelonPush(pull.timestamp, push) }
-                #expect(refusal?.sqlState == "FRCNF", "\(String(describing: refusal))")
+                #expect(refusal?.sqlState == SQLState.watermelonConflict, "\(String(describing: refusal))")
                 #expect(refusal?.message.contains("tasks \"t2\"") == true, "\(String(describing: refusal))")
                 #expect(refusal?.detail == #"{"tasks": ["t2"]}"#, "\(String(describing: refusal))")
                 #expect(try await database.value("select count(*) from tasks") == "2")
@@ -289,7 +294,7 @@ import Testing
             #expect(waiting != nil, "the push never waited on the row")
             try await holder.execute("commit")
             let refusal = await push.value
-            #expect(refusal?.sqlState == "FRCNF", "\(String(describing: refusal))")
+            #expect(refusal?.sqlState == SQLState.watermelonConflict, "\(String(describing: refusal))")
             #expect(try await database.value("select title from tasks where id = 't1'") == "the holder's")
             await holder.close()
             await client.close()
@@ -327,7 +332,7 @@ import Testing
             let deleting = await sqlError {
                 _ = try await client.watermelonPush(later.timestamp, ["tasks": changes(deleted: ["live"])])
             }
-            #expect(deleting?.sqlState == "FRCNF", "\(String(describing: deleting))")
+            #expect(deleting?.sqlState == SQLState.watermelonConflict, "\(String(describing: deleting))")
             await client.close()
         }
     }
@@ -456,8 +461,14 @@ import Testing
                     #"{"tasks": {"created": [{"id": "x"}], "updated": [{"id": "x"}], "deleted": []}}"#,
                     #"id "x" appears more than once"#
                 ),
-                (#"{"nope": {"created": [{"id": "x"}], "updated": [], "deleted": []}}"#, #"table "nope" is not served"#),
-                (#"{"grids": {"created": [{"id": "x"}], "updated": [], "deleted": []}}"#, #"table "grids" is not served"#),
+                (
+                    #"{"nope": {"created": [{"id": "x"}], "updated": [], "deleted": []}}"#,
+                    #"table "nope" is not served"#
+                ),
+                (
+                    #"{"grids": {"created": [{"id": "x"}], "updated": [], "deleted": []}}"#,
+                    #"table "grids" is not served"#
+                ),
                 (
                     #"{"tasks": {"created": [\#(good), {"id": "x", "position": "3"}], "updated": [], "deleted": []}}"#,
                     #"tasks.position: expected a number, got a JSON string (record "x")"#
@@ -488,7 +499,7 @@ import Testing
                     _ = try await client.query(
                         "select ferry.watermelon_push($1::bigint, $2, 100)", [String(pull.timestamp), body])
                 }
-                #expect(refusal?.sqlState == "22023", "\(body): \(String(describing: refusal))")
+                #expect(refusal?.sqlState == SQLState.invalidParameterValue, "\(body): \(String(describing: refusal))")
                 #expect(refusal?.message.contains(fragment) == true, "\(body): \(String(describing: refusal))")
             }
             #expect(try await database.value("select count(*) from tasks") == "0")
@@ -504,7 +515,7 @@ import Testing
                 "tasks": changes(created: [["id": "a"], ["id": "b"]], deleted: ["c"]), "local_only": changes(),
             ]
             let refusal = await sqlError { _ = try await client.watermelonPush(pull.timestamp, three, max: 2) }
-            #expect(refusal?.sqlState == "FR413", "\(String(describing: refusal))")
+            #expect(refusal?.sqlState == SQLState.watermelonTooManyRecords, "\(String(describing: refusal))")
             #expect(try await client.watermelonPush(pull.timestamp, three, max: 3).isEmpty)
             #expect(try await database.value("select count(*) from tasks") == "2")
             await client.close()
@@ -519,7 +530,8 @@ import Testing
             let records = (0..<10_000).map { n -> [String: Any] in
                 ["id": "t\(n)", "title": "task \(n)", "position": n, "_status": "created", "_changed": ""]
             }
-            let answer = try await client.watermelonPush(pull.timestamp, ["tasks": changes(created: records)], max: 20_000)
+            let answer = try await client.watermelonPush(
+                pull.timestamp, ["tasks": changes(created: records)], max: 20_000)
             #expect(answer.isEmpty)
             #expect(try await database.value("select count(*) from tasks") == "10000")
             let next = try await client.watermelonPull(pull.timestamp)
@@ -540,15 +552,18 @@ import Testing
             let bos = try await bo.watermelonPull(nil).timestamp
             for (client, n) in [(phone, laptops), (phone, bos), (laptop, phones), (bo, phones), (phone, bos + 1000)] {
                 let pull = await sqlError { _ = try await client.watermelonPull(n) }
-                #expect(pull?.sqlState == "FR409", "\(client.user) \(client.device) \(n): \(String(describing: pull))")
+                #expect(
+                    pull?.sqlState == SQLState.cursorExpired,
+                    "\(client.user) \(client.device) \(n): \(String(describing: pull))")
                 let push = await sqlError { _ = try await client.watermelonPush(n, ["tasks": changes(deleted: ["x"])]) }
-                #expect(push?.sqlState == "FR409", "\(String(describing: push))")
+                #expect(push?.sqlState == SQLState.cursorExpired, "\(String(describing: push))")
             }
             // Presenting a timestamp forgets the older ones: the device stored the newer.
             let second = try await phone.watermelonPull(phones)
             _ = try await phone.watermelonPull(second.timestamp)
-            #expect(await sqlError { _ = try await phone.watermelonPull(phones) }?.sqlState == "FR409")
-            #expect(try await phone.watermelonPull(second.timestamp).changeCount == 0, "a retried pull's timestamp stays")
+            #expect(await sqlError { _ = try await phone.watermelonPull(phones) }?.sqlState == SQLState.cursorExpired)
+            #expect(
+                try await phone.watermelonPull(second.timestamp).changeCount == 0, "a retried pull's timestamp stays")
             for client in [phone, laptop, bo] { await client.close() }
         }
     }
@@ -561,7 +576,8 @@ import Testing
             let older = try await client.watermelonPull(nil)
             try await database.admin.execute("update tasks set _deleted = true where id = 't1'")
             let gateway = try await database.connectAsGateway()
-            try await database.admin.execute("update ferry.watermelon_cursors set issued_at = now() - interval '2 days'")
+            try await database.admin.execute(
+                "update ferry.watermelon_cursors set issued_at = now() - interval '2 days'")
             #expect(try await gateway.query("select ferry.purge_tombstones(interval '1 day', 100)")[0, 0] == "0")
             // Each device keeps its newest timestamp; the older one went.
             #expect(
@@ -574,8 +590,12 @@ import Testing
                 commit;
                 """)
             #expect(try await gateway.query("select ferry.purge_tombstones(interval '1 day', 100)")[0, 0] == "1")
-            #expect(await sqlError { _ = try await client.watermelonPull(before.timestamp) }?.sqlState == "FR409")
-            #expect(await sqlError { _ = try await client.watermelonPull(older.timestamp) }?.sqlState == "FR409")
+            #expect(
+                await sqlError { _ = try await client.watermelonPull(before.timestamp) }?.sqlState
+                    == SQLState.cursorExpired)
+            #expect(
+                await sqlError { _ = try await client.watermelonPull(older.timestamp) }?.sqlState
+                    == SQLState.cursorExpired)
             // A first sync after the purge, and pulls from it, are fine.
             let fresh = try await client.watermelonPull(nil)
             #expect(fresh.updatedIDs("tasks").isEmpty)
@@ -632,8 +652,11 @@ import Testing
                 "[]", #"{"tables": []}"#, #"{"from": 1, "tables": [1], "columns": []}"#,
                 #"{"from": 1, "tables": [], "columns": [{"table": "tasks"}]}"#, "{nope",
             ] {
-                let refusal = await sqlError { _ = try await client.watermelonPull(first.timestamp, migration: migration) }
-                #expect(refusal?.sqlState == "22023", "\(migration): \(String(describing: refusal))")
+                let refusal = await sqlError {
+                    _ = try await client.watermelonPull(first.timestamp, migration: migration)
+                }
+                #expect(
+                    refusal?.sqlState == SQLState.invalidParameterValue, "\(migration): \(String(describing: refusal))")
             }
             await client.close()
         }
@@ -644,23 +667,32 @@ import Testing
             let client = try await database.connectAsClient(user: a)
             let text = try #require(try await client.query("select ferry.table_schema()::text")[0, 0])
             let tables = try #require(
-                (try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["tables"] as? [[String: Any]])
+                (try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["tables"]
+                    as? [[String: Any]])
             var watermelon: [String: [String: Any]] = [:]
             for table in tables { watermelon[table["name"] as? String ?? ""] = table["watermelon"] as? [String: Any] }
             #expect(watermelon.filter { $0.value["served"] as? Bool == true }.keys.sorted() == Self.served)
             #expect(
-                (watermelon["tasks"]?["columns"] as? [[String: Any]])?.map { "\($0["name"]!) \($0["type"]!) \($0["isOptional"]!)" }
+                (watermelon["tasks"]?["columns"] as? [[String: Any]])?.map {
+                    "\($0["name"]!) \($0["type"]!) \($0["isOptional"]!)"
+                }
                     == [
                         "user_id string 0", "parent_id string 1", "title string 0", "position number 0",
                         "metadata string 0", "updated_at number 0",
                     ])
-            #expect(watermelon["slots"]?["reason"] as? String == "a device_lock table's rows move through /v1/locks, one device at a time")
-            #expect(watermelon["grids"]?["reason"] as? String == "column cells is integer[], which has no WatermelonDB type")
+            #expect(
+                watermelon["slots"]?["reason"] as? String
+                    == "a device_lock table's rows move through /v1/locks, one device at a time")
+            #expect(
+                watermelon["grids"]?["reason"] as? String == "column cells is integer[], which has no WatermelonDB type"
+            )
             #expect(watermelon["odd"]?["reason"] as? String == "column constructor is a JavaScript Object property")
             #expect(
-                watermelon["numbered"]?["reason"] as? String == "the primary key (user_id, id) is not a text id, alone or with user_id")
+                watermelon["numbered"]?["reason"] as? String
+                    == "the primary key (user_id, id) is not a text id, alone or with user_id")
             #expect(
-                watermelon["subscriptions"]?["reason"] as? String == "the primary key (user_id) is not a text id, alone or with user_id")
+                watermelon["subscriptions"]?["reason"] as? String
+                    == "the primary key (user_id) is not a text id, alone or with user_id")
             await client.close()
         }
     }
@@ -686,7 +718,9 @@ import Testing
             #expect(try await client.watermelonPull(nil).updatedIDs("later") == ["l1"])
             try await database.admin.execute("alter table later rename to renamed")
             let refusal = await sqlError { _ = try await client.watermelonPull(nil) }
-            #expect(refusal?.sqlState == "55000" && refusal?.hint?.contains("register_table") == true, "\(String(describing: refusal))")
+            #expect(
+                refusal?.sqlState == "55000" && refusal?.hint?.contains("register_table") == true,
+                "\(String(describing: refusal))")
             await client.close()
         }
     }

@@ -1,0 +1,191 @@
+import FerryHTTP
+import FerryPostgres
+
+/// `GET` and `POST /v1/watermelon/sync`: WatermelonDB's sync backend contract
+/// (docs/WATERMELONDB.md), so an app's `pullChanges` and `pushChanges` call Ferry. Each
+/// is the identity statement and one SQL function call in one pipeline, as `/v1/pull` and
+/// `/v1/push` are (sql/ferry/functions/watermelon.sql); PostgreSQL builds the answer and
+/// the gateway forwards its bytes.
+struct WatermelonRoutes {
+    /// The route's path; its body limit (``bodyLimit``) is applied by path, before routing.
+    static let path = "/v1/watermelon/sync"
+    /// `409 cursor_expired` in WatermelonDB's terms: what the app does about it.
+    static let cursorExpired = APIError(
+        status: 409, code: "cursor_expired",
+        message: "last_pulled_at names no snapshot this server keeps for this device, or tombstones it has not "
+            + "seen were purged: reset the local database and sync again")
+
+    let accounts: Accounts
+    /// Most records in one push (FERRY_WATERMELON_MAX_PUSH_RECORDS).
+    let maxPushRecords: Int
+    /// Largest push body (FERRY_WATERMELON_MAX_BODY_BYTES).
+    let maxBodyBytes: Int
+
+    /// The route's body limit, in place of the server's general one.
+    var bodyLimit: PathBodyLimit {
+        PathBodyLimit(
+            path: Self.path, maxBytes: maxBodyBytes,
+            message: "a WatermelonDB push body is at most \(maxBodyBytes) bytes (FERRY_WATERMELON_MAX_BODY_BYTES)")
+    }
+
+    /// Adds the routes for one loop; handlers use that loop's `context`.
+    func register(in router: inout Router, context: LoopContext) {
+        let accounts = self.accounts
+        let pullSQL = "select ferry.watermelon_pull($1::bigint, $2)"
+        router.get(Self.path) { request, responder in
+            guard let identity = responder.success(of: accounts.authenticate(request)),
+                let query = responder.success(of: WatermelonPullQuery.parse(request))
+            else { return }
+            let pull = PostgresStatement(
+                pullSQL, [query.lastPulledAt.map { String($0) }, query.migration],
+                preparedName: "ferry_watermelon_pull")
+            context.run(as: identity, [pull], answering: responder) { result in
+                switch result {
+                case .success(let results):
+                    guard let answer = results[0].bytes(0, 0) else {
+                        return responder.respond(APIError.unexpected.response)
+                    }
+                    responder.respond(.json(bytes: answer))
+                case .failure(let error):
+                    responder.respond(Self.refusal(error, context: context).response)
+                }
+            }
+        }
+
+        let pushSQL = "select ferry.watermelon_push($1::bigint, $2, $3::integer)"
+        let limit = String(maxPushRecords)
+        let maxPushRecords = self.maxPushRecords
+        router.post(Self.path) { request, responder in
+            guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
+            let lastPulledAt: Int64?
+            do {
+                lastPulledAt = try WatermelonTimestamp.parse(try request.queryParameter("last_pulled_at"))
+            } catch {
+                return responder.respond(APIError.invalidWatermelonTimestamp.response)
+            }
+            guard let lastPulledAt else {
+                return responder.respond(
+                    APIError(
+                        status: 400, code: "invalid_cursor",
+                        message: "a push needs last_pulled_at: the timestamp of the pull before it"
+                    ).response)
+            }
+            if let refusal = RequestBody.refusal(of: request.body) { return responder.respond(refusal.response) }
+            // Checked UTF-8 above, so the decoding replaces nothing.
+            let body = String(decoding: request.body, as: UTF8.self)
+            let push = PostgresStatement(
+                pushSQL, [String(lastPulledAt), body, limit], preparedName: "ferry_watermelon_push")
+            context.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
+                switch result {
+                case .success(let results):
+                    guard let answer = results[0].bytes(0, 0) else {
+                        return responder.respond(APIError.unexpected.response)
+                    }
+                    responder.respond(.json(bytes: answer))
+                case .failure(let error) where error.sqlState == SQLState.watermelonTooManyRecords:
+                    responder.respond(
+                        APIError(
+                            status: 413, code: "payload_too_large",
+                            message:
+                                "a WatermelonDB push carries at most \(maxPushRecords) records (FERRY_WATERMELON_MAX_PUSH_RECORDS)"
+                        ).response)
+                case .failure(let error) where error.sqlState == SQLState.watermelonConflict:
+                    var conflict = APIError(status: 409, code: "conflict", message: error.message)
+                    if let detail = error.detail { conflict.details = [("conflicts", .json(Array(detail.utf8)))] }
+                    responder.respond(conflict.response)
+                case .failure(let error):
+                    responder.respond(Self.refusal(error, context: context).response)
+                }
+            }
+        }
+    }
+
+    /// A failure both routes answer alike: an expired timestamp, ferry.watermelon_*'s own
+    /// refusals of bad input (their messages name the table and column), the rest as
+    /// every route answers a database failure.
+    private static func refusal(_ error: PostgresError, context: LoopContext) -> APIError {
+        switch error.sqlState {
+        case SQLState.cursorExpired: cursorExpired
+        case SQLState.invalidParameterValue: .invalidRequest(error.message)
+        default: context.databaseFailure(error)
+        }
+    }
+}
+
+/// The query of a WatermelonDB pull, as `pullChanges` sends it (Frontend.md:
+/// `last_pulled_at=${lastPulledAt}&schema_version=${schemaVersion}&migration=${encodeURIComponent(JSON.stringify(migration))}`).
+struct WatermelonPullQuery: Equatable {
+    /// nil: a first sync.
+    var lastPulledAt: Int64?
+    /// The app's schema version; checked, not used.
+    var schemaVersion: Int?
+    /// The migration's JSON text, nil when there is none (SQL reads its shape).
+    var migration: String?
+
+    /// Reads the query strictly: `last_pulled_at` as ``WatermelonTimestamp/parse(_:)``
+    /// (`400 invalid_cursor`), `schema_version` a positive integer when present,
+    /// `migration` JSON when present and not `null` (else `400 invalid_request`).
+    static func parse(_ request: HTTPRequest) -> Result<WatermelonPullQuery, APIError> {
+        var query = WatermelonPullQuery()
+        do {
+            query.lastPulledAt = try WatermelonTimestamp.parse(try request.queryParameter("last_pulled_at"))
+        } catch {
+            return .failure(.invalidWatermelonTimestamp)
+        }
+        do {
+            if let text = try request.queryParameter("schema_version") {
+                guard text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let version = Int(text), version > 0 else {
+                    return .failure(.invalidRequest("schema_version must be a positive integer"))
+                }
+                query.schemaVersion = version
+            }
+            if let text = try request.queryParameter("migration"), !text.isEmpty, text != "null" {
+                guard RequestBody.refusal(of: Array(text.utf8)) == nil else {
+                    return .failure(.invalidRequest("migration is not JSON"))
+                }
+                query.migration = text
+            }
+        } catch {
+            return .failure(.invalidRequest("query parameter \(error)"))
+        }
+        return .success(query)
+    }
+}
+
+/// WatermelonDB's `lastPulledAt` in a query string: the number a pull answered as its
+/// `timestamp`, which WatermelonDB keeps as text and reads back with `parseInt`.
+enum WatermelonTimestamp {
+    /// The largest timestamp Ferry issues, 2^53 − 1: exact in a JavaScript number.
+    static let maximum: Int64 = 9_007_199_254_740_991
+
+    /// The timestamp in `text`: nil for a first sync (no parameter, empty, `null` or
+    /// `0`), else decimal digits naming 1 to ``maximum``. Anything else throws.
+    static func parse(_ text: String?) throws(InvalidTimestamp) -> Int64? {
+        guard let text, !text.isEmpty, text != "null" else { return nil }
+        guard text.utf8.count <= 16, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int64(text),
+            value <= maximum
+        else { throw InvalidTimestamp() }
+        return value == 0 ? nil : value
+    }
+
+    /// A `last_pulled_at` that is not a timestamp.
+    struct InvalidTimestamp: Error {}
+}
+
+extension SQLState {
+    /// `FRCNF`, Ferry's own: what `ferry.watermelon_push` raises when a pushed record
+    /// changed on the server after `last_pulled_at` (sql/ferry/functions/watermelon.sql);
+    /// its DETAIL holds the ids by table. Answered `409 conflict`.
+    static let watermelonConflict = "FRCNF"
+    /// `FR413`, Ferry's own: what `ferry.watermelon_push` raises for more records than
+    /// its limit, answered `413 payload_too_large`.
+    static let watermelonTooManyRecords = "FR413"
+}
+
+extension APIError {
+    /// `400 invalid_cursor` for a `last_pulled_at` that is not a timestamp.
+    static let invalidWatermelonTimestamp = APIError(
+        status: 400, code: "invalid_cursor",
+        message:
+            "last_pulled_at must be the timestamp of a pull (an integer from 1 to 2^53 - 1), or null for a first sync")
+}
