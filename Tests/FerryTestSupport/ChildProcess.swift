@@ -101,6 +101,22 @@ public final class ChildProcess: Sendable {
         return (wait(), true)
     }
 
+    /// Runs `executable` with `arguments` and waits (blocking the caller) for it to end;
+    /// killed after `timeout` seconds (status -1, as for a signal). Output and errors go to
+    /// one file, read once it ended: a pipe that a grandchild holds open could keep a read
+    /// from ending. For the independent clients of `Tests/clients/`.
+    public static func run(_ executable: String, _ arguments: [String], timeout: Double) throws -> (
+        status: Int32, output: String
+    ) {
+        let outputFile = FileManager.default.temporaryDirectory
+            .appendingPathComponent("ferry-client-\(UUID().uuidString).log")
+        defer { try? FileManager.default.removeItem(at: outputFile) }
+        let child = try ChildProcess(executable, arguments, output: outputFile.path, errors: outputFile.path)
+        let (ending, killed) = child.wait(seconds: timeout)
+        let text = (try? String(contentsOf: outputFile, encoding: .utf8)) ?? ""
+        return killed ? (-1, text + "\n(killed after \(Int(timeout)) s)") : (ending.exitStatus ?? -1, text)
+    }
+
     /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), which the
     /// Glibc module does not import (it is declared for `_GNU_SOURCE` only).
     private static let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 =
