@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# WatermelonDB sync (GET/POST /v1/watermelon/sync) against Ferry's own pull and push of
+# the same records, side by side in one run, through `ferry serve` (release) as
+# ferry_gateway, with wrk.
+#
+#   pull   PULL_USERS users, ROWS rows each in public.tasks (the to-do example, lww). After
+#          seeding, each user takes a /v1/pull cursor (a first load) and a WatermelonDB
+#          timestamp (a first sync) through the API; then RECORDS rows per user change,
+#          so every pull with that cursor or timestamp answers the same RECORDS records:
+#          the steady-state cost of a pull. wrk rotates over the users -> requests/s.
+#          (Each WatermelonDB pull stores the snapshot of its new timestamp: the rows
+#          accumulate during a run, as they would for devices that never present them.)
+#   push   RECORDS new tasks per request, fresh ids each time, over PUSH_DEVICES devices
+#          (each its own anonymous user; each wrk thread owns its devices):
+#          /v1/push of RECORDS upserts (mutation ids increasing per device) against
+#          /v1/watermelon/sync of RECORDS created records, as WatermelonDB sends them
+#          (full raws with _status, _changed and updated_at), after the device's
+#          first sync -> requests/s.
+#
+# Prints both figures, the ratios WatermelonDB / native (goal >= MIN_RATIO, 0.8) with
+# PASS/FAIL, and CPU per request of PostgreSQL and the gateway. Median of RUNS runs,
+# interleaved (native pull, WatermelonDB pull, native push, WatermelonDB push).
+#
+# Usage: bench/watermelon.sh   (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2
+#        POOL_SIZE=8 PULL_USERS=100 PUSH_DEVICES=256 ROWS=300 RECORDS=100)
+# The embedded database (`make db`; the port follows FERRY_DEV_PG_PORT) is migrated with
+# sql/ferry and sql/examples/tasks; it runs with fsync and synchronous_commit off, so a
+# WatermelonDB pull's commit (it writes its timestamp's row, where /v1/pull only reads)
+# costs no WAL flush here, as it would on a durable server. The users this script signs
+# up stay in the database; `ferry db reset` clears it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.bash
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+LOOPS=${LOOPS:-2}
+POOL_SIZE=${POOL_SIZE:-8}
+PULL_USERS=${PULL_USERS:-100}
+PUSH_DEVICES=${PUSH_DEVICES:-256}
+ROWS=${ROWS:-300}
+RECORDS=${RECORDS:-100}
+MIN_RATIO=${MIN_RATIO:-0.8}
+[ "$PUSH_DEVICES" -ge $((2 * CONNECTIONS)) ] ||
+    { echo "PUSH_DEVICES ($PUSH_DEVICES) must be at least twice CONNECTIONS ($CONNECTIONS)" >&2; exit 2; }
+[ "$RECORDS" -le "$ROWS" ] && [ "$RECORDS" -le 999 ] ||
+    { echo "RECORDS must be at most ROWS and at most 999" >&2; exit 2; }
+
+swift build -c release --product ferry >&2
+FERRY=$(swift build -c release --show-bin-path)/ferry
+OWNER_URL=$("$FERRY" db url)
+"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/tasks >&2
+GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+
+tmp=$(mktemp -d)
+cleanup() {
+    stop_gateways
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# wrk's connections rotate over the users, so a user may have several requests in flight,
+# and a device pushes faster than its budget: not what this measures (bench/fairness.sh).
+export FERRY_REQUESTS_PER_DEVICE=$CONNECTIONS FERRY_REQUESTS_PER_USER=$CONNECTIONS
+export FERRY_PUSH_BYTES_PER_SECOND=1073741824
+choose_gateway_address
+start_gateways 1 127.0.0.1
+ferry_pid=${gateway_pids[0]}
+
+# Setup through the API, rows seeded as the owner. Writes native_pull.tsv and
+# watermelon_pull.tsv (token, path), push.tsv (tokens) and watermelon_push.tsv (token,
+# path with the device's timestamp).
+SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES \
+    ROWS=$ROWS RECORDS=$RECORDS python3 - <<'PY' >&2
+import json, os, subprocess, urllib.request, uuid
+from concurrent.futures import ThreadPoolExecutor
+
+env = os.environ
+base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
+pull_users, push_devices = int(env["PULL_USERS"]), int(env["PUSH_DEVICES"])
+rows, records = int(env["ROWS"]), int(env["RECORDS"])
+WATERMELON = "/v1/watermelon/sync?last_pulled_at={}&schema_version=1&migration=null"
+
+def call(method, path, token=None, body=None):
+    request = urllib.request.Request(base + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})})
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+def sign_up(_):
+    answer = call("POST", "/v1/auth/anonymous", body={"device_id": str(uuid.uuid4())})
+    return {"token": answer["session"]["access_token"], "uid": answer["user"]["id"]}
+
+with ThreadPoolExecutor(8) as pool:
+    users = list(pool.map(sign_up, range(pull_users + push_devices)))
+pulls, pushes = users[:pull_users], users[pull_users:]
+
+def psql(sql):
+    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], input=sql, text=True, check=True)
+
+ids = ",".join("'%s'" % u["uid"] for u in pulls)
+psql(f"""
+insert into public.tasks (user_id, id, title, position, metadata)
+select u, 'seed-' || g, 'task ' || g, g, '{{"due_at": "2026-01-01"}}'
+from unnest(array[{ids}]::uuid[]) u, generate_series(1, {rows}) g;
+analyze public.tasks;
+""")
+
+def first_pulls(u):
+    native = call("GET", "/v1/pull?limit=5000", u["token"])
+    assert not native["has_more"] and len(native["changes"]["tasks"]["upserts"]) == rows
+    u["cursor"] = native["cursor"]
+    watermelon = call("GET", WATERMELON.format("null"), u["token"])
+    assert len(watermelon["changes"]["tasks"]["updated"]) == rows
+    u["timestamp"] = watermelon["timestamp"]
+with ThreadPoolExecutor(8) as pool:
+    list(pool.map(first_pulls, pulls))
+
+psql(f"""update public.tasks set position = position + 0.5
+         where user_id = any(array[{ids}]::uuid[]) and id in (select 'seed-' || g from generate_series(1, {records}) g);""")
+# Both answer exactly `records` rows with that cursor and that timestamp, every time.
+for u in pulls[:3]:
+    native = call("GET", f"/v1/pull?limit=5000&cursor={u['cursor']}", u["token"])
+    assert len(native["changes"]["tasks"]["upserts"]) == records and not native["has_more"]
+    for _ in range(2):
+        watermelon = call("GET", WATERMELON.format(u["timestamp"]), u["token"])
+        assert len(watermelon["changes"]["tasks"]["updated"]) == records, len(watermelon["changes"]["tasks"]["updated"])
+
+with open(f"{tmp}/native_pull.tsv", "w") as native, open(f"{tmp}/watermelon_pull.tsv", "w") as watermelon:
+    for u in pulls:
+        native.write(f"{u['token']}\t/v1/pull?limit=5000&cursor={u['cursor']}\n")
+        watermelon.write(f"{u['token']}\t{WATERMELON.format(u['timestamp'])}\n")
+with open(f"{tmp}/push.tsv", "w") as native, open(f"{tmp}/watermelon_push.tsv", "w") as watermelon:
+    for u in pushes:
+        native.write(u["token"] + "\n")
+        n = call("GET", WATERMELON.format("null"), u["token"])["timestamp"]
+        watermelon.write(f"{u['token']}\t/v1/watermelon/sync?last_pulled_at={n}\n")
+PY
+
+# The push bodies, '@' where a per-request number goes (bench/push.lua fills it in):
+# RECORDS new tasks each, task k's id b@-k. Native: mutation ids @<k as 3 digits>.
+native_template='{"mutations": ['
+watermelon_template='{"tasks": {"created": ['
+for k in $(seq 1 "$RECORDS"); do
+    [ "$k" -gt 1 ] && native_template+=', ' && watermelon_template+=', '
+    native_template+=$(printf '{"id": @%03d, "table": "tasks", "op": "upsert", "row": {"id": "b@-%d", "title": "task %d", "position": %d, "parent_id": null, "metadata": {}}}' "$k" "$k" "$k" "$k")
+    watermelon_template+=$(printf '{"id": "b@-%d", "title": "task %d", "position": %d, "parent_id": null, "metadata": "{}", "updated_at": 1764590400000, "_status": "created", "_changed": ""}' "$k" "$k" "$k")
+done
+native_template+=']}'
+watermelon_template+='], "updated": [], "deleted": []}, "drafts": {"created": [], "updated": [], "deleted": []}}'
+echo "$native_template" > "$tmp/native_push.json"
+echo "$watermelon_template" > "$tmp/watermelon_push.json"
+
+cat > "$tmp/pull.lua" <<'LUA'
+-- Rotates over the (token, path) lines of its file; threads start apart.
+local counter = 0
+function setup(thread)
+    counter = counter + 1
+    thread:set("id", counter)
+end
+local requests = {}
+local i = 0
+function init(args)
+    for line in io.lines(args[1]) do
+        local token, path = line:match("^(%S+)\t(%S+)$")
+        requests[#requests + 1] = wrk.format("GET", path, { ["Authorization"] = "Bearer " .. token })
+    end
+    i = (id * 37) % #requests
+end
+request = function()
+    i = i % #requests + 1
+    return requests[i]
+end
+LUA
+
+cat > "$tmp/watermelon_push.lua" <<'LUA'
+-- POST /v1/watermelon/sync: each thread owns the devices (token, path) of its file whose
+-- index is its own modulo the thread count; "@" in the body is base + the thread's
+-- request counter, so every request's ids are new.
+local counter = 0
+function setup(thread)
+    counter = counter + 1
+    thread:set("id", counter)
+end
+local devices, template, base, n = {}, nil, 0, 0
+function init(args)
+    local threads, index = tonumber(args[2]), 0
+    for line in io.lines(args[1]) do
+        local token, path = line:match("^(%S+)\t(%S+)$")
+        if index % threads == id - 1 then devices[#devices + 1] = { "Bearer " .. token, path } end
+        index = index + 1
+    end
+    local f = io.open(args[3]); template = f:read("*l"); f:close()
+    base = tonumber(args[4]) + id * 10000000
+end
+request = function()
+    n = n + 1
+    local device = devices[n % #devices + 1]
+    return wrk.format("POST", device[2],
+        { ["Authorization"] = device[1], ["Content-Type"] = "application/json" },
+        (template:gsub("@", tostring(base + n))))
+end
+LUA
+
+# Both pushes as the benchmark sends them are applied whole.
+token=$(head -1 "$tmp/push.tsv")
+curl -fs -X POST "$base/v1/push" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d "$(sed 's/@/1/g' "$tmp/native_push.json")" | python3 -c '
+import json, sys
+results = json.load(sys.stdin)["results"]
+assert len(results) == '"$RECORDS"' and all(r["status"] == "applied" for r in results), results' ||
+    { echo "the native push batch was not applied whole" >&2; exit 1; }
+IFS=$'\t' read -r token path < "$tmp/watermelon_push.tsv"
+answer=$(curl -s -X POST "$base$path" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d "$(sed 's/@/2/g' "$tmp/watermelon_push.json")")
+[ "$answer" = "{}" ] || { echo "the WatermelonDB push was not applied whole: $answer" >&2; exit 1; }
+
+postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
+ticks_per_second=$(getconf CLK_TCK)
+# "rate µs-of-PostgreSQL-CPU-per-request µs-of-gateway-CPU-per-request" for one wrk run.
+measure() {
+    local output rate count pg0 gw0 pg1 gw1
+    pg0=$(cluster_ticks "$postmaster")
+    gw0=$(process_ticks "$ferry_pid")
+    output=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" "$@")
+    if grep -q 'Non-2xx' <<<"$output"; then
+        echo "wrk $*: $(grep 'Non-2xx' <<<"$output")" >&2
+        exit 1
+    fi
+    if grep -q 'duplicate batches: [1-9]' <<<"$output"; then
+        echo "wrk: $(grep 'duplicate batches' <<<"$output")" >&2
+        exit 1
+    fi
+    grep 'Socket errors' <<<"$output" >&2 || true
+    rate=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$output")
+    count=$(awk '/ requests in / { print $1 }' <<<"$output")
+    pg1=$(cluster_ticks "$postmaster")
+    gw1=$(process_ticks "$ferry_pid")
+    echo "$rate $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc) $(echo "($gw1 - $gw0) * 1000000 / $ticks_per_second / $count" | bc)"
+}
+column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
+listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
+
+native_pull_runs=()
+watermelon_pull_runs=()
+native_push_runs=()
+watermelon_push_runs=()
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for run in $(seq "$RUNS"); do
+    native_pull_runs+=("$(measure -s "$tmp/pull.lua" "$base" -- "$tmp/native_pull.tsv")")
+    watermelon_pull_runs+=("$(measure -s "$tmp/pull.lua" "$base" -- "$tmp/watermelon_pull.tsv")")
+    # Mutation-id and task-id numbers: runs apart by far more than a run's requests.
+    native_push_runs+=("$(measure -s bench/push.lua "$base" -- "$tmp/push.tsv" "$THREADS" \
+        "$tmp/native_push.json" $((run * 100000000)))")
+    watermelon_push_runs+=("$(measure -s "$tmp/watermelon_push.lua" "$base" -- "$tmp/watermelon_push.tsv" "$THREADS" \
+        "$tmp/watermelon_push.json" $((run * 100000000)))")
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "timestamps stored: $(psql -Atq "$OWNER_URL" -c 'select count(*) from ferry.watermelon_cursors')" >&2
+
+for name in native_pull watermelon_pull native_push watermelon_push; do
+    echo "runs $name: rate $(listed 1 ${name}_runs); PostgreSQL µs/req $(listed 2 ${name}_runs); gateway µs/req $(listed 3 ${name}_runs)" >&2
+done
+native_pull=$(column 1 native_pull_runs)
+watermelon_pull=$(column 1 watermelon_pull_runs)
+native_push=$(column 1 native_push_runs)
+watermelon_push=$(column 1 watermelon_push_runs)
+
+verdict() { [ "$(echo "$1 >= $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
+pull_ratio=$(echo "$watermelon_pull / $native_pull" | bc -l)
+push_ratio=$(echo "$watermelon_push / $native_push" | bc -l)
+row() { printf '%-52s %8.0f req/s %8s µs %8s µs\n' "$1" "$2" "$(column 2 "$3")" "$(column 3 "$3")"; }
+printf '%-52s %14s %11s %11s\n' "" "median rate" "PostgreSQL" "gateway"
+row "GET /v1/pull ($RECORDS changed records)" "$native_pull" native_pull_runs
+row "GET /v1/watermelon/sync ($RECORDS changed records)" "$watermelon_pull" watermelon_pull_runs
+row "POST /v1/push ($RECORDS upserts of new rows)" "$native_push" native_push_runs
+row "POST /v1/watermelon/sync ($RECORDS created records)" "$watermelon_push" watermelon_push_runs
+printf '%-52s %8.3f  %s (goal %s)\n' "pull: WatermelonDB / native" "$pull_ratio" "$(verdict "$pull_ratio" "$MIN_RATIO")" "$MIN_RATIO"
+printf '%-52s %8.3f  %s (goal %s)\n' "push: WatermelonDB / native" "$push_ratio" "$(verdict "$push_ratio" "$MIN_RATIO")" "$MIN_RATIO"
