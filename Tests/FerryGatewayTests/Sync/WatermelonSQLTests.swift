@@ -391,6 +391,56 @@ import Testing
         }
     }
 
+    /// A `global_key` table's key leaves the owner out, so an id may be another user's
+    /// row, which the caller cannot see: that record is refused (`forbidden`), on every
+    /// strategy and also when that row changed after the pull (never a conflict the
+    /// caller cannot resolve by pulling), and the rest applies.
+    @Test func anotherUsersRecordUnderAGlobalKeyIsRefusedAndTheRestApplies() async throws {
+        try await withTables { database, a, b in
+            try await database.admin.execute(
+                """
+                create table public.handles (id text primary key, user_id uuid not null, title text);
+                select ferry.register_table('handles', 'lww', options => '{"global_key": true}');
+                create table public.badges (id text primary key, user_id uuid not null, title text);
+                select ferry.register_table('badges', 'insert_only', options => '{"global_key": true}');
+                create table public.marks (id text primary key, user_id uuid not null);
+                select ferry.register_table('marks', 'set', options => '{"global_key": true}');
+                insert into handles (id, user_id, title) values ('h1', '\(a)', 'a''s');
+                insert into badges (id, user_id, title) values ('b1', '\(a)', 'a''s');
+                insert into marks (id, user_id) values ('m1', '\(a)');
+                """)
+            let bo = try await database.connectAsClient(user: b)
+            let pull = try await bo.watermelonPull(nil)
+            #expect(pull.updated("handles").isEmpty && pull.updated("badges").isEmpty, "\(pull)")
+            let mine: [String: Any] = [
+                "handles": changes(created: [["id": "h1", "title": "b's now"], ["id": "h2", "title": "b's"]]),
+                "badges": changes(created: [["id": "b1", "title": "b's now"], ["id": "b2", "title": "b's"]]),
+                "marks": changes(created: [["id": "m1"], ["id": "m2"]]),
+            ]
+            let answer = try await bo.watermelonPush(pull.timestamp, mine)
+            #expect(answer.rejectedIDs == ["badges": ["b1"], "handles": ["h1"], "marks": ["m1"]], "\(answer)")
+            #expect(answer.rejectionCodes["handles/h1"] == "forbidden")
+            #expect(answer.rejectionCodes["badges/b1"] == "forbidden")
+            #expect(answer.rejectionCodes["marks/m1"] == "forbidden")
+            // Changed after b's pull: still refused, not a conflict.
+            try await database.admin.execute("update handles set title = 'a''s again' where id = 'h1'")
+            let again = try await bo.watermelonPush(
+                pull.timestamp, ["handles": changes(updated: [["id": "h1", "title": "b's now"]])])
+            #expect(again.rejectedIDs == ["handles": ["h1"]], "\(again)")
+            #expect(
+                try await database.rows(
+                    """
+                    select 'handles', id, user_id::text, title from handles union all
+                    select 'badges', id, user_id::text, title from badges union all
+                    select 'marks', id, user_id::text, '' from marks order by 1, 2
+                    """) == [
+                        ["badges", "b1", a, "a's"], ["badges", "b2", b, "b's"], ["handles", "h1", a, "a's again"],
+                        ["handles", "h2", b, "b's"], ["marks", "m1", a, ""], ["marks", "m2", b, ""],
+                    ])
+            await bo.close()
+        }
+    }
+
     @Test func valuesTravelAsWatermelonDBKeepsThem() async throws {
         try await withTables { database, a, _ in
             try await database.admin.execute(

@@ -514,7 +514,14 @@ declare
     v_user uuid := ferry.uid();
     v_name name := (select c.relname from pg_catalog.pg_class c where c.oid = p_table);
     v_records jsonb;
-    v_key text := case when p_owner is null then 'id' else pg_catalog.format('%I, id', p_owner) end;
+    -- The primary key as it is: (id), (owner, id), or (id) with an owner column (a
+    -- global_key table, whose ids other users' rows may hold).
+    v_key text := (
+        select pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by k.position)
+        from pg_catalog.pg_index i
+        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
+        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+        where i.indrelid = p_table and i.indisprimary);
     v_owner_match text := case when p_owner is null then '' else pg_catalog.format('t.%I = $3 and ', p_owner) end;
     v_group record;
     v_columns text;
@@ -523,7 +530,9 @@ declare
     v_differs text;
     v_sql text;
     v_written text[] := '{}';
+    v_group_written text[];
     v_refused text[];
+    v_missing text[];
     v_writable jsonb;
     v_ids text[];
     v_low integer[];
@@ -616,6 +625,7 @@ begin
                 else 'nothing' end);
 
         -- The whole group, then halves of what fails, down to the records that fail alone.
+        v_group_written := '{}';
         v_low := array[1];
         v_high := array[v_group.n];
         while pg_catalog.cardinality(v_low) > 0 loop
@@ -629,7 +639,7 @@ begin
                 where x.i between v_lo and v_hi) end;
             begin
                 execute v_sql into v_ids using v_part, p_since, v_user;
-                v_written := v_written || coalesce(v_ids, '{}');
+                v_group_written := v_group_written || coalesce(v_ids, '{}');
             exception
                 when data_exception or integrity_constraint_violation or insufficient_privilege or raise_exception
                     or program_limit_exceeded
@@ -649,21 +659,44 @@ begin
             end;
         end loop;
 
+        v_written := v_written || v_group_written;
+        if pg_catalog.cardinality(v_group_written) >= v_group.n then
+            continue;
+        end if;
+        -- Not written and not refused: a row already stands under the key (hashed, not
+        -- compared pairwise: a group may hold thousands of records).
+        v_missing := array(
+            select r ->> 'id' from pg_catalog.jsonb_array_elements(v_group.records) r
+            except select pg_catalog.unnest(v_group_written || v_refused));
+        -- A row the caller cannot see: another user's, under a global key. Refused (the
+        -- insert did nothing, or the update's condition was false before Row Level
+        -- Security could refuse it), never a conflict the client cannot resolve.
+        execute pg_catalog.format(
+            'select pg_catalog.array_agg(m.id) from pg_catalog.unnest($1) m(id)'
+                ' where not exists (select from %s t where %st.id = m.id)',
+            p_table, v_owner_match)
+            into v_ids using v_missing, p_since, v_user;
+        if v_ids is not null then
+            rejected := rejected || (
+                select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', i, 'code', 'forbidden',
+                    'message', pg_catalog.format('another user''s record of %s has this id', v_name)))
+                from pg_catalog.unnest(v_ids) i);
+            v_refused := v_refused || v_ids;
+            v_missing := array(select pg_catalog.unnest(v_missing) except select pg_catalog.unnest(v_ids));
+        end if;
         if p_strategy = 'insert_only' then
             -- Not inserted: an existing record, refused unless it is the same one.
             execute pg_catalog.format(
                 'select pg_catalog.array_agg(t.id) from %s t join pg_catalog.jsonb_array_elements($1) e(r)'
-                    ' on %st.id = e.r ->> ''id'' where not (t.id = any ($2)) and (t._deleted%s)',
+                    ' on %st.id = e.r ->> ''id'' where t.id = any ($2) and (t._deleted%s)',
                 p_table, v_owner_match, coalesce(v_differs, ''))
-                into v_ids using v_group.records, v_written || v_refused, v_user;
+                into v_ids using v_group.records, v_missing, v_user;
             rejected := rejected || coalesce((
                 select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', i, 'code', 'immutable',
                     'message', pg_catalog.format('a different record of %s exists under this id, or was deleted', v_name)))
                 from pg_catalog.unnest(v_ids) i), '[]');
         elsif p_strategy = 'lww' then
-            conflicts := conflicts || array(
-                select r ->> 'id' from pg_catalog.jsonb_array_elements(v_group.records) r
-                where not (r ->> 'id') = any (v_written || v_refused));
+            conflicts := conflicts || v_missing;
         end if;
     end loop;
     wrote := pg_catalog.cardinality(v_written) > 0;
