@@ -814,10 +814,12 @@ begin
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
     insert into ferry.watermelon_cursors (user_id, device_id, n, snapshot) values (v_user, v_device, v_n, p_snapshot);
-    if p_presented is not null then
-        delete from ferry.watermelon_cursors c
-            where c.user_id = v_user and c.device_id = v_device and c.n < p_presented;
-    end if;
+    delete from ferry.watermelon_cursors c
+        where c.user_id = v_user and c.device_id = v_device and c.n is distinct from p_presented
+            and (c.n < p_presented or c.n < (
+                select o.n from ferry.watermelon_cursors o
+                where o.user_id = v_user and o.device_id = v_device
+                order by o.n desc offset ferry.watermelon_cursors_per_device() - 1 limit 1));
     return v_n;
 end
 $$;
@@ -2433,6 +2435,15 @@ $$;
 
 
 --
+-- Name: watermelon_cursors_per_device(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.watermelon_cursors_per_device() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 8 $$;
+
+
+--
 -- Name: watermelon_id_pattern(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -3832,6 +3843,13 @@ GRANT ALL ON FUNCTION ferry.watermelon_columns(p_table regclass) TO ferry_client
 
 REVOKE ALL ON FUNCTION ferry.watermelon_cursor(p_n bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.watermelon_cursor(p_n bigint) TO ferry_client;
+
+
+--
+-- Name: FUNCTION watermelon_cursors_per_device(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.watermelon_cursors_per_device() FROM PUBLIC;
 
 
 --

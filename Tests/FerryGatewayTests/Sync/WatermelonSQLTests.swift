@@ -618,6 +618,30 @@ import Testing
         }
     }
 
+    /// Pulls that present one timestamp again and again, or first syncs one after
+    /// another, keep at most eight timestamps per device besides the presented one,
+    /// the newest, so a client cannot grow the table until the purge; the presented
+    /// one and the newest still work.
+    @Test func repeatedPullsKeepABoundedNumberOfTimestampsPerDevice() async throws {
+        try await withTables { database, a, _ in
+            let phone = try await database.connectAsClient(user: a, device: "phone")
+            let laptop = try await database.connectAsClient(user: a, device: "laptop")
+            let kept = try await laptop.watermelonPull(nil).timestamp
+            var first = 0
+            for _ in 0..<20 { first = try await phone.watermelonPull(nil).timestamp }
+            let count = "select count(*) from ferry.watermelon_cursors where device_id = $1"
+            #expect(try await database.value(count, ["phone"]) == "8")
+            var newest = 0
+            for _ in 0..<20 { newest = try await phone.watermelonPull(first).timestamp }
+            #expect(try await database.value(count, ["phone"]) == "9")
+            #expect(try await phone.watermelonPull(first).timestamp > newest)
+            #expect(try await phone.watermelonPull(newest).timestamp > newest)
+            #expect(try await laptop.watermelonPull(kept).timestamp > newest)
+            await phone.close()
+            await laptop.close()
+        }
+    }
+
     @Test func aPurgeExpiresTimestampsThatMissedAPurgedTombstoneAndTrimsOldOnes() async throws {
         try await withTables { database, a, _ in
             try await database.admin.execute("insert into tasks (id, user_id, title) values ('t1', '\(a)', 'x')")

@@ -336,6 +336,12 @@ comment on function ferry.install_watermelon() is
 
 -- MARK: - Timestamps
 
+-- How many timestamps a device keeps besides the one it presented
+-- (ferry.issue_watermelon_cursor).
+create or replace function ferry.watermelon_cursors_per_device() returns integer
+language sql immutable parallel safe
+as $$ select 8 $$;
+
 -- The snapshot timestamp p_n names for the caller's device, or null.
 create or replace function ferry.watermelon_cursor(p_n bigint) returns pg_snapshot
 language plpgsql stable security definer set search_path = ''
@@ -351,7 +357,13 @@ $$;
 
 -- A new timestamp naming p_snapshot for the caller's device. The device presented
 -- p_presented (null on a first sync), so it stores that one and can never present an
--- older one again: those go.
+-- older one again: those go. Of the others, the device keeps the presented one and
+-- the newest ferry.watermelon_cursors_per_device(): pulls that present the same
+-- timestamp again and again (or first syncs, one after another) would otherwise add
+-- a row each until the purge. The device holds the presented one (if this answer is
+-- lost) or one issued since (this answer, or a concurrent pull's that it applied:
+-- WatermelonDB applies one of concurrent syncs, so only as many of those at once
+-- could push it out).
 create or replace function ferry.issue_watermelon_cursor(p_snapshot pg_snapshot, p_presented bigint) returns bigint
 language plpgsql security definer set search_path = ''
 as $$
@@ -364,10 +376,12 @@ begin
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
     insert into ferry.watermelon_cursors (user_id, device_id, n, snapshot) values (v_user, v_device, v_n, p_snapshot);
-    if p_presented is not null then
-        delete from ferry.watermelon_cursors c
-            where c.user_id = v_user and c.device_id = v_device and c.n < p_presented;
-    end if;
+    delete from ferry.watermelon_cursors c
+        where c.user_id = v_user and c.device_id = v_device and c.n is distinct from p_presented
+            and (c.n < p_presented or c.n < (
+                select o.n from ferry.watermelon_cursors o
+                where o.user_id = v_user and o.device_id = v_device
+                order by o.n desc offset ferry.watermelon_cursors_per_device() - 1 limit 1));
     return v_n;
 end
 $$;
@@ -956,7 +970,8 @@ comment on function ferry.watermelon_push(bigint, text, integer) is
 -- MARK: - Grants
 
 revoke all on function
-    ferry.watermelon_id_pattern(), ferry.watermelon_name_problem(text), ferry.watermelon_columns(regclass),
+    ferry.watermelon_id_pattern(), ferry.watermelon_cursors_per_device(), ferry.watermelon_name_problem(text),
+    ferry.watermelon_columns(regclass),
     ferry.watermelon_schema(regclass), ferry.install_watermelon(), ferry.watermelon_cursor(bigint),
     ferry.issue_watermelon_cursor(pg_snapshot, bigint), ferry.trim_watermelon_cursors(interval, integer),
     ferry.watermelon_migration_tables(text), ferry.watermelon_pull(bigint, text),
