@@ -8,8 +8,8 @@
 #          timestamp (a first sync) through the API; then RECORDS rows per user change,
 #          so every pull with that cursor or timestamp answers the same RECORDS records:
 #          the steady-state cost of a pull. wrk rotates over the users -> requests/s.
-#          (Each WatermelonDB pull stores the snapshot of its new timestamp: the rows
-#          accumulate during a run, as they would for devices that never present them.)
+#          (Each WatermelonDB pull stores the snapshot of its new timestamp and, since
+#          the device keeps the presented one and its eight newest, deletes one.)
 #   push   RECORDS new tasks per request, fresh ids each time, over PUSH_DEVICES devices
 #          (each its own anonymous user; each wrk thread owns its devices):
 #          /v1/push of RECORDS upserts (mutation ids increasing per device) against
@@ -19,10 +19,12 @@
 #
 # Prints both figures, the ratios WatermelonDB / native (goal >= MIN_RATIO, 0.8) with
 # PASS/FAIL, and CPU per request of PostgreSQL and the gateway. Median of RUNS runs,
-# interleaved (native pull, WatermelonDB pull, native push, WatermelonDB push).
+# interleaved (native pull, WatermelonDB pull, native push, WatermelonDB push). Then
+# the worst push: FAILING_RECORDS records that are all rejected, one at a time (median
+# of RUNS), against half the statement timeout (MAX_FAILING_SECONDS, 5).
 #
 # Usage: bench/watermelon.sh   (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2
-#        POOL_SIZE=8 PULL_USERS=100 PUSH_DEVICES=256 ROWS=300 RECORDS=100)
+#        POOL_SIZE=8 PULL_USERS=100 PUSH_DEVICES=256 ROWS=300 RECORDS=100 FAILING_RECORDS=20000)
 # The embedded database (`make db`; the port follows FERRY_DEV_PG_PORT) is migrated with
 # sql/ferry and sql/examples/tasks; it runs with fsync and synchronous_commit off, so a
 # WatermelonDB pull's commit (it writes its timestamp's row, where /v1/pull only reads)
@@ -43,6 +45,8 @@ PUSH_DEVICES=${PUSH_DEVICES:-256}
 ROWS=${ROWS:-300}
 RECORDS=${RECORDS:-100}
 MIN_RATIO=${MIN_RATIO:-0.8}
+FAILING_RECORDS=${FAILING_RECORDS:-20000}
+MAX_FAILING_SECONDS=${MAX_FAILING_SECONDS:-5}
 [ "$PUSH_DEVICES" -ge $((2 * CONNECTIONS)) ] ||
     { echo "PUSH_DEVICES ($PUSH_DEVICES) must be at least twice CONNECTIONS ($CONNECTIONS)" >&2; exit 2; }
 [ "$RECORDS" -le "$ROWS" ] && [ "$RECORDS" -le 999 ] ||
@@ -259,6 +263,26 @@ for run in $(seq "$RUNS"); do
         "$tmp/watermelon_push.json" $((run * 100000000)))")
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# The worst push: FAILING_RECORDS records (default: FERRY_WATERMELON_MAX_PUSH_RECORDS'
+# default) that PostgreSQL refuses each (title null: not null), so every one is found
+# through the halves and rejected alone. It must end well inside the statement timeout
+# (10 s): over it, the answer would be a retryable 503 that the app retries forever.
+python3 - "$FAILING_RECORDS" > "$tmp/failing_push.json" <<'PY'
+import json, sys
+records = [{"id": f"f-{k}", "title": None, "_status": "created", "_changed": ""} for k in range(int(sys.argv[1]))]
+print(json.dumps({"tasks": {"created": records, "updated": [], "deleted": []}}))
+PY
+IFS=$'\t' read -r token path < <(sed -n 2p "$tmp/watermelon_push.tsv")
+failing_runs=()
+for run in $(seq "$RUNS"); do
+    failing_runs+=("$(curl -s -o "$tmp/failing_answer.json" -w '%{http_code} %{time_total}' -X POST "$base$path" \
+        -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary @"$tmp/failing_push.json")")
+    rejected=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["experimentalRejectedIds"]["tasks"]))' \
+        "$tmp/failing_answer.json" 2>/dev/null || echo "not an answer: $(head -c 300 "$tmp/failing_answer.json")")
+    [ "$rejected" = "$FAILING_RECORDS" ] || { echo "the failing push rejected $rejected of $FAILING_RECORDS" >&2; exit 1; }
+done
+echo "runs failing push: $(printf '%s\n' "${failing_runs[@]}" | awk '{ printf "%s%s s", (NR > 1 ? " / " : ""), $2 }')" >&2
 echo "timestamps stored: $(psql -Atq "$OWNER_URL" -c 'select count(*) from ferry.watermelon_cursors')" >&2
 
 for name in native_pull watermelon_pull native_push watermelon_push; do
@@ -280,3 +304,7 @@ row "POST /v1/push ($RECORDS upserts of new rows)" "$native_push" native_push_ru
 row "POST /v1/watermelon/sync ($RECORDS created records)" "$watermelon_push" watermelon_push_runs
 printf '%-52s %8.3f  %s (goal %s)\n' "pull: WatermelonDB / native" "$pull_ratio" "$(verdict "$pull_ratio" "$MIN_RATIO")" "$MIN_RATIO"
 printf '%-52s %8.3f  %s (goal %s)\n' "push: WatermelonDB / native" "$push_ratio" "$(verdict "$push_ratio" "$MIN_RATIO")" "$MIN_RATIO"
+failing=$(printf '%s\n' "${failing_runs[@]}" | awk '{ print $2 }' | median)
+printf '%-52s %8.2f s  %s (limit %s s, half the statement timeout)\n' \
+    "POST /v1/watermelon/sync ($FAILING_RECORDS records, all rejected)" "$failing" \
+    "$( [ "$(echo "$failing <= $MAX_FAILING_SECONDS" | bc -l)" -eq 1 ] && echo PASS || echo FAIL)" "$MAX_FAILING_SECONDS"

@@ -391,6 +391,34 @@ import Testing
         }
     }
 
+    /// Failing records spread over a large group (alone, in a run, at both ends) are
+    /// found through the halves and refused each with its own reason, and every other
+    /// record applies.
+    @Test func failingRecordsAnywhereInAGroupAreRefusedAloneAndTheRestApplies() async throws {
+        try await withTables { database, a, _ in
+            let client = try await database.connectAsClient(user: a)
+            let pull = try await client.watermelonPull(nil)
+            let failing: Set = [0, 3, 17, 18, 19, 20, 40, 63, 64, 99]
+            let records = (0..<100).map { n -> [String: Any] in
+                failing.contains(n)
+                    ? ["id": "t\(n)", "title": "task \(n)", "metadata": n % 2 == 0 ? "[1]" : "{nope"]
+                    : ["id": "t\(n)", "title": "task \(n)", "metadata": "{}"]
+            }
+            let answer = try await client.watermelonPush(pull.timestamp, ["tasks": changes(created: records)])
+            #expect(answer.rejectedIDs == ["tasks": failing.map { "t\($0)" }.sorted()], "\(answer)")
+            #expect(answer.rejectionCodes["tasks/t0"] == "constraint_violation")
+            #expect(answer.rejectionCodes["tasks/t3"] == "invalid_row")
+            #expect(try await database.value("select count(*) from tasks") == "90")
+            #expect(
+                try await database.value(
+                    "select count(*) from tasks where id = any ($1::text[])",
+                    [
+                        "{" + failing.map { "t\($0)" }.joined(separator: ",") + "}"
+                    ]) == "0")
+            await client.close()
+        }
+    }
+
     /// A `global_key` table's key leaves the owner out, so an id may be another user's
     /// row, which the caller cannot see: that record is refused (`forbidden`), on every
     /// strategy and also when that row changed after the pull (never a conflict the

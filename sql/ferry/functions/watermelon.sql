@@ -554,6 +554,10 @@ declare
     v_lo integer;
     v_hi integer;
     v_part jsonb;
+    v_elements jsonb[];
+    v_failed_ids text[];
+    v_failed_codes text[];
+    v_failed_messages text[];
     v_count bigint;
 begin
     conflicts := '{}';
@@ -639,7 +643,14 @@ begin
                 else 'nothing' end);
 
         -- The whole group, then halves of what fails, down to the records that fail alone.
+        -- A part is a slice of the group's elements (not a scan of the group), and the
+        -- failures are collected in arrays and turned into JSON once: a push whose every
+        -- record fails costs about 1.25 statements per record, not the square of them.
         v_group_written := '{}';
+        v_failed_ids := '{}';
+        v_failed_codes := '{}';
+        v_failed_messages := '{}';
+        v_elements := null;
         v_low := array[1];
         v_high := array[v_group.n];
         while pg_catalog.cardinality(v_low) > 0 loop
@@ -647,10 +658,8 @@ begin
             v_hi := v_high[pg_catalog.cardinality(v_high)];
             v_low := v_low[1:pg_catalog.cardinality(v_low) - 1];
             v_high := v_high[1:pg_catalog.cardinality(v_high) - 1];
-            v_part := case when v_lo = 1 and v_hi = v_group.n then v_group.records else (
-                select pg_catalog.jsonb_agg(x.e order by x.i)
-                from pg_catalog.jsonb_array_elements(v_group.records) with ordinality x(e, i)
-                where x.i between v_lo and v_hi) end;
+            v_part := case when v_lo = 1 and v_hi = v_group.n then v_group.records
+                else pg_catalog.to_jsonb(v_elements[v_lo:v_hi]) end;
             begin
                 execute v_sql into v_ids using v_part, p_since, v_user;
                 v_group_written := v_group_written || coalesce(v_ids, '{}');
@@ -658,20 +667,34 @@ begin
                 when data_exception or integrity_constraint_violation or insufficient_privilege or raise_exception
                     or program_limit_exceeded
                 then
-                    if v_lo < v_hi then
+                    if v_elements is null then
+                        v_elements := array(select pg_catalog.jsonb_array_elements(v_group.records));
+                    end if;
+                    if v_hi - v_lo >= 8 then
                         v_low := v_low || array[(v_lo + v_hi) / 2 + 1, v_lo];
                         v_high := v_high || array[v_hi, (v_lo + v_hi) / 2];
+                    elsif v_lo < v_hi then
+                        -- A few records: each alone, without the halves between.
+                        v_low := v_low || array(select pg_catalog.generate_series(v_hi, v_lo, -1));
+                        v_high := v_high || array(select pg_catalog.generate_series(v_hi, v_lo, -1));
                     else
-                        v_refused := v_refused || (v_part -> 0 ->> 'id');
-                        rejected := rejected || pg_catalog.jsonb_build_object('id', v_part -> 0 ->> 'id',
-                            'code', case
-                                when sqlstate like '23%' then 'constraint_violation'
-                                when sqlstate = '42501' then 'forbidden'
-                                else 'invalid_row' end,
-                            'message', sqlerrm);
+                        v_failed_ids := v_failed_ids || (v_part -> 0 ->> 'id');
+                        v_failed_codes := v_failed_codes || case
+                            when sqlstate like '23%' then 'constraint_violation'
+                            when sqlstate = '42501' then 'forbidden'
+                            else 'invalid_row' end;
+                        v_failed_messages := v_failed_messages || sqlerrm;
                     end if;
             end;
         end loop;
+        if pg_catalog.cardinality(v_failed_ids) > 0 then
+            v_refused := v_refused || v_failed_ids;
+            rejected := rejected || (
+                select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', f.id, 'code', f.code, 'message', f.message)
+                    order by f.i)
+                from rows from (pg_catalog.unnest(v_failed_ids), pg_catalog.unnest(v_failed_codes),
+                    pg_catalog.unnest(v_failed_messages)) with ordinality f(id, code, message, i));
+        end if;
 
         v_written := v_written || v_group_written;
         if pg_catalog.cardinality(v_group_written) >= v_group.n then
