@@ -113,10 +113,7 @@ struct SyncRoutes {
             context.run(as: identity, [schema], answering: responder) { result in
                 switch result {
                 case .success(let results):
-                    guard let answer = results[0].bytes(0, 0) else {
-                        return responder.respond(APIError.unexpected.response)
-                    }
-                    responder.respond(.json(bytes: answer))
+                    responder.respond(jsonBuiltIn: results[0])
                 case .failure(let error):
                     responder.respond(context.databaseFailure(error).response)
                 }

@@ -42,10 +42,7 @@ struct WatermelonRoutes {
             context.run(as: identity, [pull], answering: responder) { result in
                 switch result {
                 case .success(let results):
-                    guard let answer = results[0].bytes(0, 0) else {
-                        return responder.respond(APIError.unexpected.response)
-                    }
-                    responder.respond(.json(bytes: answer))
+                    responder.respond(jsonBuiltIn: results[0])
                 case .failure(let error):
                     responder.respond(Self.refusal(error, context: context).response)
                 }
@@ -78,10 +75,7 @@ struct WatermelonRoutes {
             context.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
                 switch result {
                 case .success(let results):
-                    guard let answer = results[0].bytes(0, 0) else {
-                        return responder.respond(APIError.unexpected.response)
-                    }
-                    responder.respond(.json(bytes: answer))
+                    responder.respond(jsonBuiltIn: results[0])
                 case .failure(let error) where error.sqlState == SQLState.watermelonTooManyRecords:
                     responder.respond(
                         APIError(
