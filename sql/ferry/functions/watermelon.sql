@@ -15,7 +15,7 @@
 -- elsewhere changes neither side: a push right after a pull is never a conflict.
 -- docs/WATERMELONDB.md, "Why the timestamp is correct", has the whole argument.
 --
--- SQLSTATEs the gateway answers (Sources/FerryGateway/WatermelonRoutes.swift):
+-- SQLSTATEs the gateway answers (Sources/FerryGateway/Sync/WatermelonRoutes.swift):
 --   FR409  409 cursor_expired: last_pulled_at names no snapshot kept for this device,
 --          or its snapshot is older than the purge horizon (pull.sql's test)
 --   FRCNF  409 conflict: records changed on the server after last_pulled_at; the DETAIL
