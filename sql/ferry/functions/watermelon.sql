@@ -610,7 +610,8 @@ begin
                         c.name)
                     when 'timestamp' then pg_catalog.format(
                         'pg_catalog.to_timestamp((e.r ->> %L)::double precision / 1000)', c.name)
-                    else pg_catalog.format('(e.r ->> %L)::%s', c.name, c.sql_type) end, '' order by c.name),
+                    else pg_catalog.format('(e.r ->> %L)::%I.%I', c.name, tn.nspname, ty.typname) end,
+                '' order by c.name),
             pg_catalog.string_agg(case c.kind
                     when 'timestamp' then pg_catalog.format(
                         '%1$I = case when t.%1$I is not null and excluded.%1$I is not null'
@@ -626,10 +627,18 @@ begin
                     when 'boolean' then pg_catalog.format(
                         $q$t.%I is distinct from (case e.r -> %L when 'true' then true when 'false' then false when '1' then true when '0' then false end)$q$,
                         c.name, c.name)
-                    else pg_catalog.format('t.%I is distinct from (e.r ->> %L)::%s', c.name, c.name, c.sql_type) end),
+                    else pg_catalog.format('t.%I is distinct from (e.r ->> %L)::%I.%I', c.name, c.name,
+                        tn.nspname, ty.typname) end),
                 '' order by c.name)
             into v_columns, v_values, v_sets, v_differs
+            -- Casts name the type by its catalog name, without its modifier: an explicit
+            -- cast to varchar(n) or char(n) cuts a longer value silently (and "character"
+            -- alone is char(1)), where storing the text in the column refuses it (value
+            -- too long: the record is rejected).
             from ferry.watermelon_columns(p_table) c
+            join pg_catalog.pg_attribute a on a.attrelid = p_table and a.attname = c.name
+            join pg_catalog.pg_type ty on ty.oid = a.atttypid
+            join pg_catalog.pg_namespace tn on tn.oid = ty.typnamespace
             where c.name = any (v_group.given);
         v_sql := pg_catalog.format(
             'with w as (insert into %s as t (%sid%s) select %se.r ->> ''id''%s from pg_catalog.jsonb_array_elements($1) e(r)'
