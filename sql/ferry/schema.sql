@@ -2453,6 +2453,15 @@ CREATE FUNCTION ferry.watermelon_id_pattern() RETURNS text
 
 
 --
+-- Name: watermelon_max_failed_attempts(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.watermelon_max_failed_attempts() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select 4000 $$;
+
+
+--
 -- Name: watermelon_migration_tables(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2916,6 +2925,7 @@ declare
     v_failed_ids text[];
     v_failed_codes text[];
     v_failed_messages text[];
+    v_failed_attempts integer := 0;
     v_count bigint;
 begin
     conflicts := '{}';
@@ -3034,6 +3044,13 @@ begin
                 when data_exception or integrity_constraint_violation or insufficient_privilege or raise_exception
                     or program_limit_exceeded
                 then
+                    v_failed_attempts := v_failed_attempts + 1;
+                    if v_failed_attempts > ferry.watermelon_max_failed_attempts() then
+                        raise exception '%: PostgreSQL refuses so many of its records (over % failed attempts to find them) that this push is refused whole; one refused: % (%)',
+                            v_name, ferry.watermelon_max_failed_attempts(), pg_catalog.to_json(v_part -> 0 ->> 'id'),
+                            sqlerrm
+                            using errcode = '22023';
+                    end if;
                     if v_elements is null then
                         v_elements := array(select pg_catalog.jsonb_array_elements(v_group.records));
                     end if;
@@ -3890,6 +3907,14 @@ REVOKE ALL ON FUNCTION ferry.watermelon_cursors_per_device() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION ferry.watermelon_id_pattern() FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.watermelon_id_pattern() TO ferry_client;
+
+
+--
+-- Name: FUNCTION watermelon_max_failed_attempts(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.watermelon_max_failed_attempts() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.watermelon_max_failed_attempts() TO ferry_client;
 
 
 --

@@ -419,6 +419,32 @@ import Testing
         }
     }
 
+    /// A push whose records PostgreSQL refuses in bulk (past
+    /// `ferry.watermelon_max_failed_attempts()` failed statements while finding them) is
+    /// refused whole, a final 400 naming the table and one refused record, instead of
+    /// searching into the statement timeout (a retryable 503 the app would send forever);
+    /// nothing is applied.
+    @Test func aPushWhoseRecordsFailInBulkIsRefusedWholeNamingTheTable() async throws {
+        try await withTables { database, a, _ in
+            let client = try await database.connectAsClient(user: a)
+            let pull = try await client.watermelonPull(nil)
+            let records = (0..<4_000).map { n -> [String: Any] in
+                ["id": "t\(n)", "title": n == 0 ? "fine" : NSNull()]
+            }
+            let refusal = await sqlError {
+                _ = try await client.watermelonPush(
+                    pull.timestamp,
+                    ["tasks": changes(created: records), "samples": changes(created: [["id": "s1"]])], max: 20_000)
+            }
+            #expect(refusal?.sqlState == SQLState.invalidParameterValue, "\(String(describing: refusal))")
+            #expect(refusal?.message.hasPrefix("tasks: PostgreSQL refuses so many of its records") == true)
+            #expect(refusal?.message.contains(#"null value in column "title""#) == true)
+            #expect(try await database.value("select count(*) from tasks") == "0")
+            #expect(try await database.value("select count(*) from samples") == "0")
+            await client.close()
+        }
+    }
+
     /// A `global_key` table's key leaves the owner out, so an id may be another user's
     /// row, which the caller cannot see: that record is refused (`forbidden`), on every
     /// strategy and also when that row changed after the pull (never a conflict the

@@ -494,6 +494,16 @@ comment on function ferry.watermelon_pull(bigint, text) is
 
 -- MARK: - Push
 
+-- How many statements of one table's records may fail before a push is refused whole
+-- (ferry.watermelon_write): each failure is a subtransaction, and finding the records
+-- that fail alone among thousands costs about 1.25 statements each, so a push whose
+-- records all fail would otherwise run into the statement timeout, a retryable 503
+-- that the app sends again forever. Refused whole it is a final 400 naming the table
+-- and a refused record; a push with a few bad records still has them rejected alone.
+create or replace function ferry.watermelon_max_failed_attempts() returns integer
+language sql immutable parallel safe
+as $$ select 4000 $$;
+
 -- One table's records of a push, written: p_records are the created and updated
 -- records together (objects with an id), p_deleted the ids to delete, p_since the
 -- snapshot of last_pulled_at. Returns the ids changed on the server after it
@@ -558,6 +568,7 @@ declare
     v_failed_ids text[];
     v_failed_codes text[];
     v_failed_messages text[];
+    v_failed_attempts integer := 0;
     v_count bigint;
 begin
     conflicts := '{}';
@@ -676,6 +687,13 @@ begin
                 when data_exception or integrity_constraint_violation or insufficient_privilege or raise_exception
                     or program_limit_exceeded
                 then
+                    v_failed_attempts := v_failed_attempts + 1;
+                    if v_failed_attempts > ferry.watermelon_max_failed_attempts() then
+                        raise exception '%: PostgreSQL refuses so many of its records (over % failed attempts to find them) that this push is refused whole; one refused: % (%)',
+                            v_name, ferry.watermelon_max_failed_attempts(), pg_catalog.to_json(v_part -> 0 ->> 'id'),
+                            sqlerrm
+                            using errcode = '22023';
+                    end if;
                     if v_elements is null then
                         v_elements := array(select pg_catalog.jsonb_array_elements(v_group.records));
                     end if;
@@ -1002,8 +1020,8 @@ comment on function ferry.watermelon_push(bigint, text, integer) is
 -- MARK: - Grants
 
 revoke all on function
-    ferry.watermelon_id_pattern(), ferry.watermelon_cursors_per_device(), ferry.watermelon_name_problem(text),
-    ferry.watermelon_columns(regclass),
+    ferry.watermelon_id_pattern(), ferry.watermelon_cursors_per_device(), ferry.watermelon_max_failed_attempts(),
+    ferry.watermelon_name_problem(text), ferry.watermelon_columns(regclass),
     ferry.watermelon_schema(regclass), ferry.install_watermelon(), ferry.watermelon_cursor(bigint),
     ferry.issue_watermelon_cursor(pg_snapshot, bigint), ferry.trim_watermelon_cursors(interval, integer),
     ferry.watermelon_migration_tables(text), ferry.watermelon_pull(bigint, text),
@@ -1011,7 +1029,8 @@ revoke all on function
 from public;
 -- Requests call these as ferry_client (GET /v1/schema calls watermelon_schema).
 grant execute on function
-    ferry.watermelon_id_pattern(), ferry.watermelon_name_problem(text), ferry.watermelon_columns(regclass),
+    ferry.watermelon_id_pattern(), ferry.watermelon_max_failed_attempts(), ferry.watermelon_name_problem(text),
+    ferry.watermelon_columns(regclass),
     ferry.watermelon_schema(regclass), ferry.watermelon_cursor(bigint), ferry.issue_watermelon_cursor(pg_snapshot, bigint),
     ferry.watermelon_migration_tables(text), ferry.watermelon_pull(bigint, text),
     ferry.watermelon_write(regclass, text, name, pg_snapshot, jsonb, text[]), ferry.watermelon_push(bigint, text, integer)
