@@ -91,6 +91,8 @@ let package = Package(
         .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryAuthTests", dependencies: ["FerryAuth", "FerryLoop", "FerryTestSupport"]),
         .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
+        /// The gateway's pure parts: the stream lifecycle, the cue path's values.
+        .testTarget(name: "FerryGatewayUnitTests", dependencies: ["FerryGateway"]),
         // Need PostgreSQL (some of their suites do not):
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
         .testTarget(

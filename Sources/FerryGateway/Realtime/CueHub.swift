@@ -9,10 +9,11 @@ import Foundation
 /// The process's listener hands every loop each batch of notifications; the hub
 /// finds the streams of each cue's user and marks them dirty, merging table names, so
 /// a stream that cannot take bytes right now holds one pending cue, never a queue.
-/// Here: the fan-out registry (streams by user, cues, revocations, shutdown). Each
-/// stream's deadlines (heartbeats, token warnings, expiry, stalls) are
-/// CueHub+Deadlines.swift's, run from one timer per loop (a ``TimingWheel``), so an idle
-/// stream costs no timer of its own; a stream's own messages are ``InBandAuth``'s.
+/// Here: the fan-out registry (streams by user, cues, revocations, shutdown). What each
+/// stream's lifecycle asks for (`hello`, heartbeats, token warnings, expiry, stalls,
+/// close codes) is its ``StreamLifecycle``'s to decide and CueHub+Lifecycle.swift's to
+/// do, with one timer per loop (a ``TimingWheel``) for every stream's deadline, so an
+/// idle stream costs no timer of its own; a stream's own messages are ``InBandAuth``'s.
 final class CueHub {
     let loop: EventLoop
     let policy: StreamPolicy
@@ -21,7 +22,7 @@ final class CueHub {
     private let quota: ConcurrencyLimit<UUID>
     private let metrics: LoopMetrics
     private var streamsByUser: [UUID: [StreamSubscriber]] = [:]
-    /// Each stream's next deadline (CueHub+Deadlines.swift).
+    /// Each stream's next deadline (CueHub+Lifecycle.swift).
     var wheel: TimingWheel<StreamSubscriber>
     private var ticker: FerryLoop.Timer?
     private var dirty: [StreamSubscriber] = []
@@ -58,33 +59,30 @@ final class CueHub {
             stream.close(code: StreamCloseReason.goingAway.code, reason: StreamCloseReason.goingAway.text)
             return
         }
+        let lifecycle = StreamLifecycle(
+            policy: policy, userID: claims.userID, sessionID: claims.sessionID,
+            expiresAt: accounts.tokens.acceptedUntil(claims))
         let subscriber = StreamSubscriber(
-            stream: stream, claims: claims, expiresAt: accounts.tokens.acceptedUntil(claims),
-            nextHeartbeat: loop.now + UInt64(policy.heartbeatMilliseconds), liveCount: liveSubscribers)
+            stream: stream, deviceID: claims.deviceID, lifecycle: lifecycle, liveCount: liveSubscribers)
         stream.onClose = { [unowned self, unowned subscriber] in remove(subscriber) }
         stream.onWritable = { [unowned self, unowned subscriber] in
-            subscriber.drainedSinceHeartbeat = true
+            subscriber.lifecycle.drained()
             if subscriber.pending != nil { sendPending(subscriber) }
         }
         stream.onMessage = { [unowned self, unowned subscriber] message in received(message, from: subscriber) }
         streamsByUser[claims.userID, default: []].append(subscriber)
         streamCount += 1
         metrics.streamOpened(stream.transport)
-        stream.send(
-            type: "hello",
-            json: StreamMessage.hello(
-                userID: claims.userID, deviceID: claims.deviceID, heartbeatMilliseconds: policy.heartbeatMilliseconds)
-        )
         if ticker == nil {
             let timer = FerryLoop.Timer(loop: loop)
             timer.start(after: wheel.tickMilliseconds, repeat: wheel.tickMilliseconds) { [unowned self] in tick() }
             ticker = timer
         }
-        checkDeadlines(subscriber)
+        perform(subscriber.lifecycle.opened(now: instant), for: subscriber)
     }
 
     private func remove(_ subscriber: StreamSubscriber) {
-        subscriber.isClosing = true
+        subscriber.lifecycle.closed()
         // Its deadline would keep the subscriber (and its stream and connection) until
         // the wheel reached it, and never while the loop has no stream to tick for.
         wheel.cancel(subscriber)
@@ -105,10 +103,8 @@ final class CueHub {
         }
     }
 
-    /// Closes `subscriber`'s stream once, for `reason`.
+    /// Closes `subscriber`'s stream for `reason`, as its lifecycle asked (once).
     func close(_ subscriber: StreamSubscriber, _ reason: StreamCloseReason) {
-        guard !subscriber.isClosing else { return }
-        subscriber.isClosing = true
         if reason == .tooSlow { metrics.streamTooSlow() }
         subscriber.stream.close(code: reason.code, reason: reason.text)
     }
@@ -139,7 +135,7 @@ final class CueHub {
 
     /// `table` nil: anything may have changed.
     private func mark(_ subscriber: StreamSubscriber, table: String?, origin: String?, at receivedAt: UInt64) {
-        guard !subscriber.isClosing else { return }
+        guard subscriber.lifecycle.isOpen else { return }
         if subscriber.pending == nil {
             subscriber.pending = PendingCue(table: table, origin: origin, since: receivedAt)
             dirty.append(subscriber)
@@ -177,7 +173,7 @@ final class CueHub {
         subscriber.pending = nil
         subscriber.stream.send(type: "cue", json: json)
         metrics.cueSent(latencyNanoseconds: MonotonicClock.now() &- pending.since)
-        if subscriber.stream.unsentBytes > policy.maxUnsentBytes { close(subscriber, .tooSlow) }
+        perform(subscriber.lifecycle.cueSent(unsentBytes: subscriber.stream.unsentBytes), for: subscriber)
     }
 
     private func forEachStream(_ body: (StreamSubscriber) -> Void) {
@@ -195,31 +191,28 @@ final class CueHub {
         case .ignored:
             return
         case .renewed(let claims):
-            subscriber.sessionID = claims.sessionID
-            subscriber.expiresAt = accounts.tokens.acceptedUntil(claims)
-            subscriber.hasWarned = false
-            checkDeadlines(subscriber)
+            let action = subscriber.lifecycle.tokenRenewed(
+                sessionID: claims.sessionID, expiresAt: accounts.tokens.acceptedUntil(claims), now: instant,
+                unsentBytes: subscriber.stream.unsentBytes)
+            perform(action, for: subscriber)
         case .close(let reason):
-            close(subscriber, reason)
+            perform(subscriber.lifecycle.close(reason), for: subscriber)
         }
     }
 
     // MARK: - Revocation
 
-    /// Closes the streams of a revoked session: `4004` when the account was deleted
-    /// (every stream of the user), `4003` otherwise.
+    /// Closes the streams a revocation ends (``StreamLifecycle/revoked(_:)``): those of
+    /// its user when it names one, else any.
     func revoke(_ revocation: Revocation) {
-        let deleted = revocation.reason == .accountDeleted
-        let reason: StreamCloseReason = deleted ? .accountDeleted : .sessionRevoked
-        var matches: [StreamSubscriber] = []
+        var candidates: [StreamSubscriber] = []
         if let user = revocation.userID {
-            for subscriber in streamsByUser[user] ?? [] where deleted || subscriber.sessionID == revocation.sessionID {
-                matches.append(subscriber)
-            }
+            candidates = streamsByUser[user] ?? []
         } else {
-            forEachStream { if $0.sessionID == revocation.sessionID { matches.append($0) } }
+            forEachStream { candidates.append($0) }
         }
-        for subscriber in matches { close(subscriber, reason) }
+        // Collected first: a close may report back (and leave the map) at once.
+        for subscriber in candidates { perform(subscriber.lifecycle.revoked(revocation), for: subscriber) }
     }
 
     // MARK: - Shutdown
@@ -234,6 +227,6 @@ final class CueHub {
         // Collected first: a close may report back (and leave the map) at once.
         var all: [StreamSubscriber] = []
         forEachStream { all.append($0) }
-        for subscriber in all { close(subscriber, .goingAway) }
+        for subscriber in all { perform(subscriber.lifecycle.shutdown(), for: subscriber) }
     }
 }

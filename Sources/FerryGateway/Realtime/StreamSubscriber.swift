@@ -1,39 +1,27 @@
-import FerryAuth
 import FerryHTTP
 import FerryLoop
 import Foundation
 
-/// One open stream as the hub sees it. Loop thread only.
+/// One open stream as the hub sees it: the stream, its ``StreamLifecycle`` and the cue it
+/// owes. Loop thread only.
 final class StreamSubscriber: TimingWheelElement {
     let stream: any EventStream
-    let userID: UUID
     let deviceID: String
-    var sessionID: UUID
-    /// The first second (since 1970) its token is refused (``AccessTokenSigner/acceptedUntil(_:)``).
-    var expiresAt: Int
-    var hasWarned = false
+    var lifecycle: StreamLifecycle
     var pending: PendingCue?
     /// Where its next deadline is in the hub's wheel.
     var wheelPosition: TimingWheelPosition?
-    var nextHeartbeat: UInt64
-    var stalledAtLastHeartbeat = false
-    var drainedSinceHeartbeat = false
-    var isClosing = false
     private let liveCount: LiveInstanceCount
 
-    /// Whether messages can still go out: neither side has started closing.
-    var isWritable: Bool { !isClosing && stream.isOpen }
+    var userID: UUID { lifecycle.userID }
 
-    init(
-        stream: any EventStream, claims: AccessTokenClaims, expiresAt: Int, nextHeartbeat: UInt64,
-        liveCount: LiveInstanceCount
-    ) {
+    /// Whether messages can still go out: neither side has started closing.
+    var isWritable: Bool { lifecycle.isOpen && stream.isOpen }
+
+    init(stream: any EventStream, deviceID: String, lifecycle: StreamLifecycle, liveCount: LiveInstanceCount) {
         self.stream = stream
-        userID = claims.userID
-        deviceID = claims.deviceID
-        sessionID = claims.sessionID
-        self.expiresAt = expiresAt
-        self.nextHeartbeat = nextHeartbeat
+        self.deviceID = deviceID
+        self.lifecycle = lifecycle
         self.liveCount = liveCount
         liveCount.increment()
     }
