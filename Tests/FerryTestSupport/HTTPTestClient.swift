@@ -19,8 +19,15 @@ public struct HTTPTestResponse: Sendable {
 }
 
 /// Why ``HTTPTestClient`` gave up.
-public struct HTTPTestClientError: Error, CustomStringConvertible {
+public struct HTTPTestClientError: Error, Equatable, CustomStringConvertible {
     public var description: String
+
+    public init(description: String) {
+        self.description = description
+    }
+
+    /// A receive waited its whole timeout and nothing came.
+    public static let receiveTimedOut = HTTPTestClientError(description: "receive timed out")
 }
 
 /// A small blocking HTTP/1.1 client over a plain socket, for tests of a real server.
@@ -238,7 +245,8 @@ public final class HTTPTestClient {
             return
         }
         if count == 0 { throw HTTPTestClientError(description: "connection closed by the server") }
-        throw HTTPTestClientError(description: errno == EAGAIN ? "receive timed out" : "recv: errno \(errno)")
+        throw errno == EAGAIN
+            ? HTTPTestClientError.receiveTimedOut : HTTPTestClientError(description: "recv: errno \(errno)")
     }
 
     private func endOfHead() -> Int? {

@@ -52,6 +52,8 @@ public final class StreamTestClient: @unchecked Sendable {
     public let socket: HTTPTestClient
     /// The transport in use.
     public let transport: Transport
+    /// How long each read may wait, seconds, unless the socket's timeout was changed.
+    public let timeout: Double
     /// Heartbeats seen: WebSocket pings (answered) or SSE `: ping` comments.
     public private(set) var heartbeats = 0
     /// SSE `retry:` hint, once seen.
@@ -66,6 +68,7 @@ public final class StreamTestClient: @unchecked Sendable {
     ) throws {
         socket = try HTTPTestClient(port: port, timeout: timeout, receiveBufferBytes: receiveBufferBytes)
         self.transport = transport
+        self.timeout = timeout
         var path = transport == .webSocket ? "/v1/stream" : "/v1/events"
         var head = ""
         if let token {

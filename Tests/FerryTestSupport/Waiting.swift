@@ -21,6 +21,19 @@ public func eventually(
     throw ConditionTimeout(description: "\(what): not within \(seconds) s")
 }
 
+/// Polls `value` every 25 ms for at most `seconds` (20 unless given) until it is not
+/// nil, and returns it; throws a ``ConditionTimeout`` naming `what` if it stays nil.
+public func eventually<Value>(
+    _ what: String, seconds: Double = 20, _ value: () async throws -> Value?
+) async throws -> Value {
+    var found: Value?
+    try await eventually(what, seconds: seconds) {
+        found = try await value()
+        return found != nil
+    }
+    return found!
+}
+
 /// ``eventually(_:seconds:_:)`` for synchronous tests: blocks the calling thread,
 /// polling every 5 ms.
 public func eventuallyBlocking(_ what: String, seconds: Double = 20, _ condition: () throws -> Bool) throws {
