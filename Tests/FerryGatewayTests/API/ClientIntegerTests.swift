@@ -54,10 +54,16 @@ import Testing
             let old = try await call(
                 "GET", "/v1/auth/user", port: port, token: try token(issuedAt: now - 7200, expiresAt: .max))
             #expect(old.status == 401 && old.code == "token_expired", "\(old)")
-            for (issuedAt, expiresAt) in [(Int.min, Int.max), (Int.max, Int.max), (now, Int.min), (Int.min, Int.min)] {
+            // Issued in the future: not a token this server would sign. Else past its end:
+            // issued before the lifetime, or expired.
+            let refusals = [
+                (Int.min, Int.max, "token_expired"), (Int.max, Int.max, "unauthorized"),
+                (now, Int.min, "token_expired"), (Int.min, Int.min, "token_expired"),
+            ]
+            for (issuedAt, expiresAt, code) in refusals {
                 let answer = try await call(
                     "GET", "/v1/auth/user", port: port, token: try token(issuedAt: issuedAt, expiresAt: expiresAt))
-                #expect(answer.status == 401, "iat \(issuedAt), exp \(expiresAt): \(answer)")
+                #expect(answer.status == 401 && answer.code == code, "iat \(issuedAt), exp \(expiresAt): \(answer)")
             }
 
             #expect(try get("/healthz", port: port).status == 200)

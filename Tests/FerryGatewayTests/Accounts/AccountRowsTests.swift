@@ -213,7 +213,10 @@ import Testing
             #expect(try await rows(database, of: players.stranger.userID) == strangerRows)
             #expect(try await rows(database, of: players.device.userID) == deviceRows)
             #expect(try await database.rows("select to_jsonb(t)::text from public.daily_puzzles t") == puzzles)
-            #expect(try await server.pull(players.tablet).status == 401, "the other device's session is gone")
+            let tabletPull = try await server.pull(players.tablet)
+            #expect(
+                tabletPull.status == 401 && tabletPull.response.code == "session_revoked",
+                "the other device's session is gone: \(tabletPull.response)")
         }
     }
 }
