@@ -85,14 +85,14 @@ let package = Package(
             name: "FerryTestSupport", dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CCrypto"],
             path: "Tests/FerryTestSupport"),
         // Need no PostgreSQL:
-        .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop"]),
-        .testTarget(name: "FerryJSONTests", dependencies: ["FerryJSON"]),
-        .testTarget(name: "FerryCommandLineTests", dependencies: ["FerryCommandLine"]),
+        .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop", "FerryTestSupport"]),
+        .testTarget(name: "FerryJSONTests", dependencies: ["FerryJSON", "FerryTestSupport"]),
+        .testTarget(name: "FerryCommandLineTests", dependencies: ["FerryCommandLine", "FerryTestSupport"]),
         .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryAuthTests", dependencies: ["FerryAuth", "FerryLoop", "FerryTestSupport"]),
-        .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad"]),
+        .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad", "FerryTestSupport"]),
         /// The gateway's pure parts: the stream lifecycle, the cue path's values.
-        .testTarget(name: "FerryGatewayUnitTests", dependencies: ["FerryGateway"]),
+        .testTarget(name: "FerryGatewayUnitTests", dependencies: ["FerryGateway", "FerryTestSupport"]),
         // Need PostgreSQL (some of their suites do not):
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
         .testTarget(

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// HS256 access tokens: what verifies, and every way one must not.
-@Suite struct AccessTokenTests {
+@Suite(.tagSelection) struct AccessTokenTests {
     static let secret = String(repeating: "current-secret-", count: 3)
     static let previous = String(repeating: "previous-secret", count: 3)
     static let now = 1_750_000_000

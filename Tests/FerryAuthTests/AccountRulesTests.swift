@@ -1,8 +1,9 @@
 import FerryAuth
+import FerryTestSupport
 import Testing
 
 /// Which emails and passwords an account accepts.
-@Suite struct AccountRulesTests {
+@Suite(.tagSelection) struct AccountRulesTests {
     @Test func emailIsTrimmedAndLowercased() {
         #expect(EmailAddress.normalize("  Ana.Lima@Example.ORG\n") == "ana.lima@example.org")
         #expect(EmailAddress.normalize("a+tag@sub.example.co") == "a+tag@sub.example.co")

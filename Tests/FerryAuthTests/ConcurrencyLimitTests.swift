@@ -1,10 +1,11 @@
 import Dispatch
+import FerryTestSupport
 import Testing
 
 @testable import FerryAuth
 
 /// Counts held per key, with a limit per key, shared by every thread.
-@Suite struct ConcurrencyLimitTests {
+@Suite(.tagSelection) struct ConcurrencyLimitTests {
     @Test func takesUpToTheLimitThenRefusesUntilOneIsReleased() {
         let limit = ConcurrencyLimit<String>(limit: 2)
         #expect(limit.take("device"))

@@ -1,9 +1,10 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
 @testable import FerryAuth
 
-@Suite struct HMACKeyTests {
+@Suite(.tagSelection) struct HMACKeyTests {
     @Test func hmacKeyMatchesRFC4231AndStaysKeyedAcrossCalls() async {
         // RFC 4231, test case 2: key "Jefe".
         let key = HMACKey(Array("Jefe".utf8))

@@ -1,4 +1,5 @@
 import FerryLoop
+import FerryTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -6,7 +7,7 @@ import Testing
 @testable import FerryAuth
 
 /// Argon2id hashing on the worker threads, answered on the caller's loop.
-@Suite struct PasswordHasherTests {
+@Suite(.tagSelection) struct PasswordHasherTests {
     /// What a completion saw: its result and whether it ran on the loop.
     struct Delivery<Value: Sendable>: Sendable {
         let result: Result<Value, PasswordHasherError>

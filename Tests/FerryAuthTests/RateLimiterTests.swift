@@ -1,4 +1,5 @@
 import FerryAuth
+import FerryTestSupport
 import Synchronization
 import Testing
 
@@ -11,7 +12,7 @@ final class ManualClock: Sendable {
 }
 
 /// Fixed-window limits per key, with a bounded number of keys.
-@Suite struct RateLimiterTests {
+@Suite(.tagSelection) struct RateLimiterTests {
     let clock = ManualClock()
 
     func limiter(limit: Int = 3, window: Int = 60, maxKeys: Int = 100) -> RateLimiter {

@@ -1,8 +1,9 @@
 import FerryAuth
+import FerryTestSupport
 import Testing
 
 /// Refresh tokens and the hash the database keeps of them.
-@Suite struct RefreshTokenTests {
+@Suite(.tagSelection) struct RefreshTokenTests {
     @Test func tokenIs43Base64URLCharactersOf32Bytes() {
         let token = RefreshToken.generate()
         #expect(token.utf8.count == 43)

@@ -1,10 +1,11 @@
 import FerryAuth
+import FerryTestSupport
 import Foundation
 import Synchronization
 import Testing
 
 /// The per-process set of revoked sessions.
-@Suite struct RevokedSessionsTests {
+@Suite(.tagSelection) struct RevokedSessionsTests {
     final class WallClock: Sendable {
         let seconds = Mutex(1_750_000_000)
         var now: Int { seconds.withLock { $0 } }

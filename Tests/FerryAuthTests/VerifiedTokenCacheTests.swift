@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
@@ -5,7 +6,7 @@ import Testing
 
 /// The verified-token cache: a hit is only the exact token that verified, and a new
 /// token replaces the one in its slot.
-@Suite struct VerifiedTokenCacheTests {
+@Suite(.tagSelection) struct VerifiedTokenCacheTests {
     static let secret = String(repeating: "cache-secret-", count: 3)
     let signer = AccessTokenSigner(secret: secret)
 
@@ -43,7 +44,7 @@ import Testing
     }
 }
 
-@Suite struct UUIDTextTests {
+@Suite(.tagSelection) struct UUIDTextTests {
     @Test func lowercasedStringMatchesFoundationsTextLowercased() {
         for _ in 0..<1000 {
             let id = UUID()

@@ -6,8 +6,7 @@ import Testing
 
 /// `ferry cleanup-anonymous`, the built binary, against a database migrated with `sql/ferry`
 /// and connecting as `ferry_gateway`, as an operator's cron job would.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct CleanupAnonymousTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct CleanupAnonymousTests {
     /// Runs `ferry cleanup-anonymous <arguments>`.
     func cleanup(_ arguments: [String], databaseURL: String) async throws -> FerryRun {
         try await runFerry(["cleanup-anonymous"] + arguments, databaseURL: databaseURL)

@@ -6,8 +6,7 @@ import Testing
 
 /// The `ferry` binary's own commands and answers: help, version, and how `ferry migrate`
 /// reports what it cannot do.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct CommandLineTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct CommandLineTests {
     /// The repository's root, where `make test` keeps the development database (`.ferry/`).
     static let root = TestRepository.root
 

@@ -9,8 +9,7 @@ import Testing
 /// makes a cluster of its own in a throwaway `.ferry` directory on a free port
 /// (``ThrowawayDevState``), never the checkout's `.ferry` nor the cluster the suite runs
 /// on, and stops it however the test ends.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct DevDatabaseCommandTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct DevDatabaseCommandTests {
     // MARK: - ferry db
 
     @Test func startStatusURLStopAndResetTakeTheClusterThroughItsStates() async throws {

@@ -9,8 +9,7 @@ import Testing
 /// from, `--status` and `--dry-run`, and the exit status. Each test has its own database
 /// and a small SQL root of its own (a `ferry/` directory of one file), so a run takes
 /// milliseconds; ``MigratorTests`` tests the migrator itself and Ferry's own SQL.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct MigrateCommandTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct MigrateCommandTests {
     /// A SQL root whose `ferry/` makes the table `log` and writes `ferry` into it.
     static let ferryFiles = [
         "0001_log.sql": "create table log (n serial, entry text); insert into log (entry) values ('ferry');"

@@ -1,8 +1,9 @@
 import FerryCommandLine
+import FerryTestSupport
 import Testing
 
 /// How flags, variables and defaults resolve into a command's values.
-@Suite struct SettingValuesTests {
+@Suite(.tagSelection) struct SettingValuesTests {
     @Test func aRepeatableSettingsVariableIsAListAndFlagsReplaceIt() throws {
         let settings = [Setting("dir", env: "FERRY_MIGRATE_DIRS", help: "a directory", isRepeatable: true)]
         let environment = ["FERRY_MIGRATE_DIRS": "/srv/app/migrations:/srv/billing/migrations"]

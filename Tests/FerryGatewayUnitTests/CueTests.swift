@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
@@ -5,7 +6,7 @@ import Testing
 
 /// The pieces of the cue path that need no socket: payload parsing, the messages,
 /// coalescing and the timing wheel.
-@Suite struct CueTests {
+@Suite(.tagSelection) struct CueTests {
     @Test func parsesAUsersCueWithItsOrigin() throws {
         let cue = try #require(
             Cue(payload: "8c5e1a5e-2f4b-4a8e-9d43-1b2c3d4e5f60 3b1f0000-0000-4000-8000-000000000001 game_records"))

@@ -1,10 +1,11 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
 @testable import FerryGateway
 
 /// ``StreamLifecycle`` without a socket: the clocks and the unsent bytes are the test's.
-@Suite struct StreamLifecycleTests {
+@Suite(.tagSelection) struct StreamLifecycleTests {
     typealias Machine = StreamLifecycle
     let user = UUID()
     let session = UUID()

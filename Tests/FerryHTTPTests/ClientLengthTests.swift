@@ -1,10 +1,11 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryHTTP
 
 /// Lengths and counts a client sends (`Content-Length`, chunk sizes, header fields,
 /// WebSocket frame lengths): each is bounded before it sizes anything, and none traps.
-@Suite(.timeLimit(.minutes(5))) struct ClientLengthTests {
+@Suite(.hangLimit, .tagSelection) struct ClientLengthTests {
     /// The error the decoder (HTTPRequestDecoderTests' `decode`) ends `text` with, or nil.
     private func refusal(_ text: String, limits: HTTPLimits = HTTPLimits()) -> HTTPRequestError? {
         guard case .error(let error) = decode(text, limits: limits).last else { return nil }

@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryHTTP
@@ -69,7 +70,7 @@ private func get(_ path: String, close: Bool = false) -> String {
     "GET \(path) HTTP/1.1\r\nHost: t\r\n\(close ? "Connection: close\r\n" : "")\r\n"
 }
 
-@Suite struct HTTPConnectionStateMachineTests {
+@Suite(.tagSelection) struct HTTPConnectionStateMachineTests {
     @Test func dispatchesARequestAndWritesItsAnswer() {
         var harness = Harness()
         #expect(harness.read(get("/a")) == [.dispatch(path: "/a", sequence: 0)])

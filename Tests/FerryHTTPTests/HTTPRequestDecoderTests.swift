@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryHTTP
@@ -41,7 +42,7 @@ private let post = "POST /v1/push?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r
 private let chunked =
     "POST /v1/push HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
 
-@Suite struct HTTPRequestDecoderTests {
+@Suite(.tagSelection) struct HTTPRequestDecoderTests {
     @Test func decodesAGetWithHeadersInOrder() throws {
         var decoder = HTTPRequestDecoder(limits: HTTPLimits())
         let bytes = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trace: a\r\nx-trace: b\r\n\r\n".utf8)

@@ -1,8 +1,9 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryHTTP
 
-@Suite struct HTTPRequestTests {
+@Suite(.tagSelection) struct HTTPRequestTests {
     @Test func queryParametersArePercentDecoded() throws {
         let request = HTTPRequest(method: .get, path: "/v1/pull", query: "cursor=a%2Fb%3D&limit=10&q=x+y&flag")
         #expect(try request.queryParameter("cursor") == "a/b=")

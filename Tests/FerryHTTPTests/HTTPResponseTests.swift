@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
@@ -21,7 +22,7 @@ private func withoutDate(_ wire: String) -> String {
         .joined(separator: "\r\n")
 }
 
-@Suite struct HTTPResponseTests {
+@Suite(.tagSelection) struct HTTPResponseTests {
     @Test func errorBodyHasTheProtocolShape() throws {
         let response = HTTPResponse.error(status: .conflict, code: "lock_held", message: "held by \"ipad\"\n")
         #expect(response.status.code == 409)

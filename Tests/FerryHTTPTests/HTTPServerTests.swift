@@ -124,8 +124,7 @@ private final class TestServer {
     }
 }
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct HTTPServerTests {
+@Suite(.hangLimit, .tagSelection) struct HTTPServerTests {
     @Test func keepAliveServesSeveralRequestsOnOneConnection() throws {
         let server = try TestServer()
         defer { server.stop() }

@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryHTTP
@@ -25,7 +26,7 @@ private func router(_ routes: [(HTTPMethod, String)]) -> Router {
     return router
 }
 
-@Suite struct RouterTests {
+@Suite(.tagSelection) struct RouterTests {
     @Test func matchesExactPaths() {
         let routes = router([(.get, "/healthz"), (.get, "/readyz"), (.post, "/v1/push")])
         #expect(outcome(routes, .get, "/healthz") == .found("/healthz", [:]))

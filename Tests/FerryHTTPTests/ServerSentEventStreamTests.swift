@@ -5,8 +5,7 @@ import Foundation
 import Testing
 
 /// Server-Sent Event streams over real sockets.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets).
-@Suite(.timeLimit(.minutes(5))) struct ServerSentEventStreamTests {
+@Suite(.hangLimit, .tags(.process), .tagSelection) struct ServerSentEventStreamTests {
     /// Opens `GET /sse` and reads the head; the stream is number `number` of `server`.
     func open(_ server: StreamTestServer, number: Int) throws -> HTTPTestClient {
         let client = try server.client()

@@ -1,7 +1,8 @@
 import FerryHTTP
+import FerryTestSupport
 import Testing
 
-@Suite struct HTTPResponseHeadTests {
+@Suite(.tagSelection) struct HTTPResponseHeadTests {
     @Test func parsesStatusHeadersAndWhereTheBodyStarts() {
         let bytes = Array(
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept:  abc= \r\n\r\nrest".utf8)
@@ -26,7 +27,7 @@ import Testing
     }
 }
 
-@Suite struct WebSocketClientCodecTests {
+@Suite(.tagSelection) struct WebSocketClientCodecTests {
     @Test func handshakeIsAcceptedOnlyWithTheRightAcceptValue() {
         let key = WebSocketClientHandshake.makeKey()
         #expect(key.count == 24)

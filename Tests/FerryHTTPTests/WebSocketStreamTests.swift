@@ -76,8 +76,7 @@ extension WebSocketEvent {
 }
 
 /// WebSocket streams over real sockets, against `websockets` and a raw-socket client.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets).
-@Suite(.timeLimit(.minutes(5))) struct WebSocketStreamTests {
+@Suite(.hangLimit, .tags(.process), .tagSelection) struct WebSocketStreamTests {
     @Test func anIndependentClientExchangesMessagesPingsAndACloseCode() throws {
         let server = try StreamTestServer()
         defer { server.stop() }

@@ -1,8 +1,9 @@
 import FerryJSON
+import FerryTestSupport
 import Testing
 
 /// JSON text written straight into bytes: strings and decimal numbers.
-@Suite struct JSONStringTests {
+@Suite(.tagSelection) struct JSONStringTests {
     @Test func decimalsAreWrittenAsASCIIWithOptionalZeroPadding() {
         func decimal(_ value: Int, _ digits: Int = 1) -> String {
             var buffer: [UInt8] = []

@@ -1,7 +1,8 @@
 import FerryLoad
+import FerryTestSupport
 import Testing
 
-@Suite struct CueLatencyTests {
+@Suite(.tagSelection) struct CueLatencyTests {
     private func event(_ user: Int, _ milliseconds: UInt64) -> CueLatency.Event {
         CueLatency.Event(user: user, at: milliseconds * 1_000_000)
     }
@@ -23,7 +24,7 @@ import Testing
     }
 }
 
-@Suite struct PercentilesTests {
+@Suite(.tagSelection) struct PercentilesTests {
     @Test func nearestRank() {
         let values = (1...200).map(Double.init)
         let summary = Percentiles(values.shuffled())
@@ -36,7 +37,7 @@ import Testing
     }
 }
 
-@Suite struct SignedUpUserTests {
+@Suite(.tagSelection) struct SignedUpUserTests {
     @Test func readsTheSignUpAnswer() {
         let body =
             #"{"user":{"id":"u-1","is_anonymous":true,"email":null},"session":{"access_token":"a.b.c","refresh_token":"r","token_type":"bearer","expires_in":3600}}"#

@@ -1,7 +1,8 @@
 import FerryLoad
+import FerryTestSupport
 import Testing
 
-@Suite struct ServerSentEventsTests {
+@Suite(.tagSelection) struct ServerSentEventsTests {
     @Test func readsEventsCommentsAndLineEndings() throws {
         var decoder = ServerSentEventsDecoder()
         let stream =
@@ -43,7 +44,7 @@ import Testing
     }
 }
 
-@Suite struct MessageTypeTests {
+@Suite(.tagSelection) struct MessageTypeTests {
     @Test func findsTheTypeWithOrWithoutSpaces() {
         #expect(messageType(ofJSON: Array(#"{"type":"cue","tables":["t"],"origin":null}"#.utf8)) == "cue")
         #expect(messageType(ofJSON: Array(#"{ "user_id": "u", "type" : "hello" }"#.utf8)) == "hello")

@@ -1,4 +1,5 @@
 import FerryLoop
+import FerryTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -32,8 +33,7 @@ private final class Collector: TCPConnectionDelegate {
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
 }
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct TCPTests {
+@Suite(.hangLimit, .tagSelection) struct TCPTests {
     @Test func echoesALargeWriteThroughTheWriteQueue() async throws {
         let loop = EventLoop.spawn(name: "echo")
         defer { loop.stop() }
@@ -387,8 +387,7 @@ private final class MeasuringEcho: TCPConnectionDelegate {
     func connectionDidClose(_ connection: TCPConnection, error: LoopError?) {}
 }
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct BackpressureTests {
+@Suite(.hangLimit, .tagSelection) struct BackpressureTests {
     @Test func aPeerThatDoesNotReadStopsTheServerReading() async throws {
         let loop = EventLoop.spawn(name: "backpressure")
         defer { loop.stop() }

@@ -2,8 +2,7 @@ import FerryPostgres
 import FerryTestSupport
 import Testing
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ClientTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct ClientTests {
     @Test func queryReturnsRowsWithParameters() async throws {
         try await TestDatabase.with { database in
             let client = try await database.connect()

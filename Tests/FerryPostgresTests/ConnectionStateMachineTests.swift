@@ -1,7 +1,8 @@
 import FerryPostgres
+import FerryTestSupport
 import Testing
 
-@Suite struct ConnectionStateMachineTests {
+@Suite(.tagSelection) struct ConnectionStateMachineTests {
     typealias Machine = ConnectionStateMachine
     let one = PostgresResult(columns: ["n"], rows: [["1"]], commandTag: "SELECT 1")
     let ok = PostgresResult(columns: [], rows: [], commandTag: "INSERT 0 1")
@@ -201,7 +202,7 @@ import Testing
     }
 }
 
-@Suite struct ValueTests {
+@Suite(.tagSelection) struct ValueTests {
     @Test func resultSubscriptsByIndexAndName() {
         let result = PostgresResult(
             columns: ["id", "body"], rows: [["1", "{\"a\":1}"], ["2", nil]], commandTag: "SELECT 2")

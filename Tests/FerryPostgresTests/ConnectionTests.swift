@@ -14,8 +14,7 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
     }.get()
 }
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ConnectionTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct ConnectionTests {
     @Test func pipelineStatementsShareOneImplicitTransaction() async throws {
         try await TestDatabase.with { database in
             let client = try await database.connect()

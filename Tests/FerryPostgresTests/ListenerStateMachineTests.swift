@@ -1,8 +1,9 @@
 import FerryPostgres
+import FerryTestSupport
 import Synchronization
 import Testing
 
-@Suite struct ListenerStateMachineTests {
+@Suite(.tagSelection) struct ListenerStateMachineTests {
     typealias Machine = ListenerStateMachine
     let note = PostgresNotification(channel: "ferry_cue", payload: "p", senderPID: 7)
 

@@ -4,8 +4,7 @@ import FerryTestSupport
 import Synchronization
 import Testing
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ListenerTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct ListenerTests {
     /// What the listener reported, in order.
     final class Log: Sendable {
         let events = Mutex<[String]>([])

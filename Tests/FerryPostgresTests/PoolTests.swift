@@ -22,8 +22,7 @@ func makePool(
     }
 }
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct PoolTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct PoolTests {
     @Test func manyConcurrentCallersShareFewConnections() async throws {
         try await TestDatabase.with { database in
             try await withLoop { loop in

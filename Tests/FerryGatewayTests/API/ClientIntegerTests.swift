@@ -7,7 +7,7 @@ import Testing
 
 /// Integers a client controls (token claims, limits, ids) are range-checked on the way
 /// in: an absurd value is answered, never a trap that takes the process down.
-@Suite(.timeLimit(.minutes(5))) struct ClientIntegerTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct ClientIntegerTests {
     /// `exp` of 2^63 - 1, validly signed: answered by a real `ferry serve`, which goes on
     /// serving. Such a token lives no longer than the access-token lifetime after its `iat`.
     @Test func aTokenWithAnAbsurdExpIsAnsweredAndTheServerKeepsServing() async throws {

@@ -12,8 +12,7 @@ import Testing
 /// for real where that is cheap (a timeout, a lock, a deadlock, a deferred constraint, a
 /// revoked grant, a killed backend) and raised by an operator's trigger where it is not
 /// (a full disk).
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct DatabaseErrorTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct DatabaseErrorTests {
     static let tables = """
         create table public.items (user_id uuid not null, id text not null, title text, primary key (user_id, id));
         select ferry.register_table('items', 'lww');

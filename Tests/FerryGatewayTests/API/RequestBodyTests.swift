@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryGateway
@@ -5,7 +6,7 @@ import Testing
 /// ``RequestBody/refusal(of:)``: the check every JSON body passes before anything reads
 /// it (PROTOCOL.md's notes): one JSON value, well-formed UTF-8, at most 128 arrays and
 /// objects deep. No sockets.
-@Suite struct RequestBodyTests {
+@Suite(.tagSelection) struct RequestBodyTests {
     func refusal(_ bytes: [UInt8]) -> String? {
         RequestBody.refusal(of: bytes)?.message
     }

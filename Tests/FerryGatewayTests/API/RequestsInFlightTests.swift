@@ -10,8 +10,7 @@ import Testing
 /// `429 rate_limited` with `Retry-After` at once, while other users are served. Pushes
 /// are held in flight by a row lock the test takes on their device's `ferry.devices` row
 /// (every push locks it first), so nothing depends on timing.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct RequestsInFlightTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct RequestsInFlightTests {
     /// The held pushes wait as long as a test takes, which on a loaded machine can pass
     /// the default statement timeout (10 s, then 503).
     static let holding = ["--statement-timeout-ms", "300000"]

@@ -7,7 +7,7 @@ import Testing
 /// A path segment or query value that does not percent-decode to text (a malformed
 /// escape, bytes that are not UTF-8, a NUL) is `400`, over real HTTP, before anything
 /// is read or written: `invalid_request`, or `invalid_cursor` for the cursor.
-@Suite(.timeLimit(.minutes(5))) struct URLDecodingTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct URLDecodingTests {
     /// Rows of `active_game`, whoever owns them.
     func lockRows(_ server: AccountsGateway) async throws -> [[String?]] {
         try await server.database.rows("select slot, _lock_device::text from public.active_game order by slot")

@@ -7,8 +7,7 @@ import Testing
 /// connection logged in as `ferry_gateway`, switched to `ferry_client` the way the
 /// gateway does per request: the auth tables are out of reach, the pre-auth functions
 /// too, and the functions a signed-in request may call act on the caller alone.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct AccountIsolationTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct AccountIsolationTests {
     /// The auth tables, each with a column to write.
     static let authTables = [
         ("ferry.users", "created_at"), ("ferry.sessions", "created_at"), ("ferry.refresh_tokens", "created_at"),

@@ -5,8 +5,7 @@ import Testing
 /// PROTOCOL.md's Accounts section walked end to end by an independent client
 /// (`Tests/clients/account_lifecycle.py`, Python and httpx, written from the page alone)
 /// against an in-process gateway on a migrated database.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct AccountLifecycleTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct AccountLifecycleTests {
     static let script = PythonScript.path("account_lifecycle.py")
 
     @Test func independentClientWalksTheWholeAccountLifecycle() async throws {

@@ -9,8 +9,7 @@ import Testing
 /// pushed into every puzzle table: `profiles`, `user_settings`, `daily_challenges` (lww),
 /// `game_records` (insert_only), `achievements` (set), `active_game` (device_lock), and the
 /// shared `daily_puzzles`, which belongs to nobody.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct AccountRowsTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct AccountRowsTests {
     static let email = "player@example.com"
     static let password = "correct horse battery"
 

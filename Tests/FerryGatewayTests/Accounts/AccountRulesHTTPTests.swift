@@ -5,8 +5,7 @@ import Testing
 /// Rate limits, the link errors and account deletion over real HTTP, with the
 /// database checked afterwards. Clients at different addresses bind their own end to
 /// another loopback address (127.0.0.2, …), which the gateway sees as the client's.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct AccountRulesHTTPTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct AccountRulesHTTPTests {
     /// A `429 rate_limited` answer with a usable `Retry-After`, whose message names the
     /// limit that was hit (`limit`).
     func expectRateLimited(_ response: APIResponse, limit: String, _ comment: Comment? = nil) {

@@ -7,8 +7,7 @@ import Testing
 
 /// Access tokens over real HTTP (`GET /v1/auth/user`), refresh-token rotation, and
 /// revocations reaching every gateway.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct AccountTokenTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct AccountTokenTests {
     static let otherSecret = "another-secret-another-secret-another!"
 
     /// A compact JWT from raw header and payload JSON, signed HS256 with `secret`.

@@ -1,5 +1,6 @@
 import FerryAuth
 import FerryCommandLine
+import FerryTestSupport
 import Foundation
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 /// ``Accounts``' token check and the Bearer parser in front of it: the verified-token
 /// cache remembers only tokens that verified, and what can change (times, revocation)
 /// is checked on every request anyway.
-@Suite struct AccountsTests {
+@Suite(.tagSelection) struct AccountsTests {
     static let secret = String(repeating: "cache-secret-", count: 3)
 
     func claims(expiresIn seconds: Int = 3600) -> AccessTokenClaims {

@@ -6,8 +6,7 @@ import Testing
 /// PROTOCOL.md, `POST /v1/auth/signin` with the device's anonymous session as Bearer:
 /// what happens to the rows the device made before signing in, with real rows in a
 /// registered table (`notes`, seeded with SQL).
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct FirstSignInTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct FirstSignInTests {
     static let email = "cloud@example.com"
     static let password = "the cloud password"
 

@@ -42,8 +42,7 @@ func withStartedGateway<T>(
     }
 }
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct GatewayTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct GatewayTests {
     /// Asks `/readyz` until it answers 200 or about five seconds pass (the listener
     /// connects in the background); returns the last answer.
     func readyz(port: Int) async throws -> HTTPTestResponse {

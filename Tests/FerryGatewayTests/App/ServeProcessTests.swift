@@ -4,8 +4,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ServeProcessTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct ServeProcessTests {
     @Test func missingSettingIsOneLineAndExitStatus2() throws {
         let errors = temporaryLog()
         defer { try? FileManager.default.removeItem(atPath: errors) }

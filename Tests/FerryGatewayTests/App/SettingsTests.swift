@@ -1,9 +1,10 @@
 import FerryCommandLine
 import FerryGateway
+import FerryTestSupport
 import Testing
 
 /// Flags, `FERRY_*` variables and their errors, as `ferry serve` reads them.
-@Suite struct SettingsTests {
+@Suite(.tagSelection) struct SettingsTests {
     /// The smallest environment `ferry serve` accepts.
     static let environment = [
         "FERRY_DATABASE_URL": "postgresql://ferry_gateway@127.0.0.1:5432/app",

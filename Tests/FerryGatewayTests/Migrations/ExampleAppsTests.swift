@@ -7,8 +7,7 @@ import Testing
 
 /// `sql/examples/puzzle` and `sql/examples/tasks`: both migrate on a fresh database after
 /// `sql/ferry`, register every table with its strategy, and take pushes as `ferry_client`.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ExampleAppsTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct ExampleAppsTests {
     static let directories = ["puzzle", "tasks"].map { MigratorTests.sqlRoot + "/examples/" + $0 }
 
     static let strategies: [[String?]] = [

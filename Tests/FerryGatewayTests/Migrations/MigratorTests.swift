@@ -7,8 +7,7 @@ import Testing
 
 /// `ferry migrate` against a real PostgreSQL: each test has its own database and its
 /// own migration files in a temporary directory labelled `app`.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct MigratorTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct MigratorTests {
     /// The repository's `sql/` directory, for Ferry's own migrations.
     static let sqlRoot = TestRepository.sqlRoot
 

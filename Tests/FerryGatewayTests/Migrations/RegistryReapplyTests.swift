@@ -9,8 +9,7 @@ import Testing
 /// file changes: the code `ferry.register_table` generates (triggers, pull readers, the
 /// dispatcher, the static upserts) is made again for every table registered before, from
 /// the file's templates as they are now.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct RegistryReapplyTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct RegistryReapplyTests {
     static let registry = "ferry/functions/registry.sql"
     static let puzzle = MigratorTests.sqlRoot + "/examples/puzzle"
 

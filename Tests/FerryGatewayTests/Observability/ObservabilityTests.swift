@@ -4,7 +4,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-@Suite struct ObservabilityTests {
+@Suite(.tagSelection) struct ObservabilityTests {
     /// Runs `body` with a logger writing into a pipe and returns what it wrote.
     private func captured(
         _ format: Logger.Format, minimumLevel: Logger.Level = .info, _ body: (Logger) -> Void

@@ -10,8 +10,7 @@ import Testing
 /// path that matches nothing, a value that does not decode), and with refresh tokens in
 /// bodies; the log then holds request lines for all of it and no token, nor any of a
 /// token's three parts.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct TokenLoggingTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct TokenLoggingTests {
     @Test(arguments: [Logger.Format.text, .json])
     func noTokenReachesTheLog(format: Logger.Format) async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-tokens-\(UUID()).log").path

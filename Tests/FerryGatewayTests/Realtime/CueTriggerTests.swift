@@ -10,8 +10,7 @@ import Testing
 /// `sql/ferry/functions/cues.sql`: the statement triggers of every synced table send one
 /// `pg_notify('ferry_cue', '<owner> <device> <table>')` per distinct owner per statement,
 /// received here by a real `LISTEN` connection (FerryPostgres' `Listener`).
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct CueTriggerTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct CueTriggerTests {
     static let tables = """
         create table public.notes (id int primary key, user_id uuid, body text);
         select ferry.register_table('notes', 'lww');

@@ -4,8 +4,7 @@ import Testing
 
 /// PROTOCOL.md "Streams": a heartbeat every `heartbeat_ms`, on SSE a `: ping` comment
 /// (docs/PROTOCOL.md, "SSE framing"; `FERRY_STREAM_HEARTBEAT_MS`).
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct StreamHeartbeatTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct StreamHeartbeatTests {
     /// Three `: ping` comments come, each exactly `: ping` and a blank line, and never
     /// sooner than `heartbeat_ms` after the one before: the third no sooner than three
     /// heartbeats after the stream was asked for (a lower bound, which a slow machine

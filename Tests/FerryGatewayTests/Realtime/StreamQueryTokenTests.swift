@@ -5,8 +5,7 @@ import Testing
 /// PROTOCOL.md "Conventions": stream endpoints also take the token as `?access_token=`,
 /// since browsers cannot set headers on EventSource or WebSocket; docs/PROTOCOL.md
 /// ("Opening"): the `Authorization` header wins over it, and other routes ignore it.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct StreamQueryTokenTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct StreamQueryTokenTests {
     /// The refusal of a stream opened with `token` in the query string: "status body", or
     /// "opened" when it opened.
     func opening(_ harness: AccountsGateway, _ transport: StreamTestClient.Transport, queryToken: String) async throws

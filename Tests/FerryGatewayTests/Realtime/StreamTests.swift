@@ -9,7 +9,7 @@ import Testing
 /// PROTOCOL.md "Streams" against an in-process gateway on a migrated database: who may
 /// open a stream, cues end to end (independent Python clients for both transports), the
 /// lifecycle's close codes, coalescing, the listener's gap, several gateways.
-@Suite(.timeLimit(.minutes(5))) struct StreamTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct StreamTests {
     static let transports: [StreamTestClient.Transport] = [.webSocket, .serverSentEvents]
 
     // MARK: - Independent clients

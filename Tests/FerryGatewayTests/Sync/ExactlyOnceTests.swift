@@ -8,8 +8,7 @@ import Testing
 /// PROTOCOL.md "Push" exactly-once over HTTP on the puzzle example: a batch whose
 /// transaction dies inside PostgreSQL applies nothing and, retried, applies once; two
 /// devices of one user keep their own `last_mutation_id` while their pushes interleave.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ExactlyOnceTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct ExactlyOnceTests {
     @Test func pushKilledMidTransactionAppliesNothingAndItsRetryAppliesOnce() async throws {
         try await withAccountsGateway(examples: ["puzzle"]) { server in
             let database = server.database

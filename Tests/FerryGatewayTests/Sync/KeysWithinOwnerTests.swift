@@ -11,8 +11,7 @@ import Testing
 /// `ferry.register_table`) warn about it unless its options say the key is global; the
 /// example apps key their per-user tables within their owner, and push, pull and the
 /// first-sign-in merge work with those keys.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct KeysWithinOwnerTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct KeysWithinOwnerTests {
     @Test func migrateWarnsAboutEachTableWhoseKeyLeavesItsOwnerOut() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-keys-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

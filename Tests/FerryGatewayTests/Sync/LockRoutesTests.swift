@@ -7,8 +7,7 @@ import Testing
 /// `POST /v1/locks/:table/:key/claim|heartbeat|release` over HTTP with two devices of one
 /// user (an email account signed in twice), against ferry.claim_lock, ferry.heartbeat_lock
 /// and ferry.release_lock in a migrated database, as `ferry_gateway`.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct LockRoutesTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct LockRoutesTests {
     /// `games` goes stale after the default 30 s, `quick` after 1 s; `boards` is keyed by an integer; `notes_lww` is no lock table.
     static let tables = """
         create table public.games (

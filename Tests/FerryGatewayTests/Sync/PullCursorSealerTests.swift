@@ -1,10 +1,11 @@
 import FerryAuth
+import FerryTestSupport
 import Testing
 
 @testable import FerryGateway
 
 /// The sealed pull cursor, without a database.
-@Suite struct PullCursorSealerTests {
+@Suite(.tagSelection) struct PullCursorSealerTests {
     let secret = String(repeating: "s", count: 32)
     let alice = Identity(userID: "u-1", sessionID: "s-1", deviceID: "d-1", isAnonymous: true)
 

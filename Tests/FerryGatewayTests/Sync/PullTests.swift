@@ -8,8 +8,7 @@ import Testing
 
 /// `GET /v1/pull` over HTTP against ferry.pull in a migrated database, as `ferry_gateway`:
 /// first load, changes since a cursor, out-of-order commits, paging, cursor checks.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct PullTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct PullTests {
     static let tables = """
         create table public.items (id text primary key, user_id uuid not null, title text);
         select ferry.register_table('items', 'lww');

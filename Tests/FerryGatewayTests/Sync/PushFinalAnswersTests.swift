@@ -8,8 +8,7 @@ import Testing
 /// on its own and the rest of the batch applies; a body that is not UTF-8 JSON, or nests
 /// deeper than the limit, is `400 invalid_json` on every JSON route. Over real HTTP, as
 /// `ferry_gateway`.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct PushFinalAnswersTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct PushFinalAnswersTests {
     static let tables = """
         create table public.items (
             user_id uuid not null, id text not null, title text, seconds integer, meta jsonb,

@@ -6,8 +6,7 @@ import Testing
 /// SQL, never by clients (docs/TABLES.md; PROTOCOL notes, "Cues": every write cues, whoever
 /// makes it). Such a row cues its owner's streams with `origin: null` and comes with the
 /// owner's next pull, changed or tombstoned alike; other users get neither.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct ReadonlyTableTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct ReadonlyTableTests {
     @Test(arguments: [StreamTestClient.Transport.webSocket, .serverSentEvents])
     func anOperatorsRowsAreCuedToTheirOwnerAndPulled(transport: StreamTestClient.Transport) async throws {
         try await withAccountsGateway(examples: ["tasks"]) { server in

@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
@@ -6,8 +7,7 @@ import Testing
 /// Each strategy's conflict rule over HTTP between two devices of one user on the puzzle
 /// example (SyncSQLTests checks the rules one push at a time in SQL): the devices' writes
 /// meet on the server, and what each device then pulls is the rule's outcome.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct StrategyRulesHTTPTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct StrategyRulesHTTPTests {
     func withDevices(_ body: (AccountsGateway, TestSession, TestSession) async throws -> Void) async throws {
         try await withAccountsGateway(examples: ["puzzle"]) { server in
             let (phone, tablet) = try await server.twoDevices(email: "rules@example.com")

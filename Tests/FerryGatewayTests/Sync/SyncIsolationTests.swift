@@ -8,8 +8,7 @@ import Testing
 /// Issue 4's isolation over the sync endpoints on the puzzle example: user B can neither
 /// see nor change user A's rows through push, pull, locks, schema or SQL run as
 /// `ferry_client` with B's identity.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct SyncIsolationTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct SyncIsolationTests {
     static let puzzleTables: Set<String> = [
         "achievements", "active_game", "daily_challenges", "daily_puzzles", "game_records", "profiles",
         "user_settings",

@@ -5,8 +5,7 @@ import Testing
 
 /// `POST /v1/push` and `GET /v1/schema` over HTTP, against ferry.push and
 /// ferry.table_schema in a migrated database, as `ferry_gateway`.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct SyncRoutesTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct SyncRoutesTests {
     static let tables = """
         create table public.items (id text primary key, user_id uuid not null, title text, done boolean);
         select ferry.register_table('items', 'lww');

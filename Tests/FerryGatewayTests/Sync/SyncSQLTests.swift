@@ -8,8 +8,7 @@ import Testing
 /// `sql/ferry/functions/registry.sql` and `push.sql`: `ferry.register_table` and `ferry.push`,
 /// against a real PostgreSQL, with every push run as `ferry_client` the way the gateway
 /// runs it (identity statement and `select ferry.push(…)` in one pipeline).
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct SyncSQLTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct SyncSQLTests {
     /// One table per strategy, shaped like the puzzle and to-do examples.
     static let tables = """
         create table public.profiles (

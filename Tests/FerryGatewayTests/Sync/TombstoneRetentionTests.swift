@@ -9,8 +9,7 @@ import Testing
 /// Tombstone retention (0008_tombstone_retention.sql): ferry.purge_tombstones, the purge
 /// horizon and `409 cursor_expired` over HTTP, `ferry purge-tombstones`, the serve timer,
 /// and times in UTC whatever the database's TimeZone.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct TombstoneRetentionTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct TombstoneRetentionTests {
     static let tables = """
         create table public.items (id text primary key, user_id uuid not null, title text);
         select ferry.register_table('items', 'lww');
