@@ -15,14 +15,10 @@ final class StreamLog: @unchecked Sendable {
 
     func append(_ line: String) { lock.withLock { lines.append(line) } }
 
-    /// Waits (at most `timeout` seconds, polling) until `line` is logged.
+    /// Waits (at most `timeout` seconds, ``eventuallyHoldsBlocking(seconds:_:)``) until
+    /// `line` is logged; false if it never is.
     func waitFor(_ line: String, timeout: Double = 5) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if all.contains(line) { return true }
-            Thread.sleep(forTimeInterval: 0.01)
-        }
-        return all.contains(line)
+        eventuallyHoldsBlocking(seconds: timeout) { all.contains(line) }
     }
 
     func count(_ line: String) -> Int { all.filter { $0 == line }.count }

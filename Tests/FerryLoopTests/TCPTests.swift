@@ -224,10 +224,7 @@ private final class Collector: TCPConnectionDelegate {
                 loop.execute { continuation.resume(returning: (writer.value.unsentAfterWrite, writer.value.flushes)) }
             }
         }
-        for _ in 0..<2_000 {
-            if await !observed().flushes.isEmpty { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try await eventuallyHolds(seconds: 20) { await !observed().flushes.isEmpty }
         let (unsentAfterWrite, flushes) = await observed()
         #expect(unsentAfterWrite > 0)
         #expect(flushes == [0])
@@ -435,9 +432,7 @@ private final class MeasuringEcho: TCPConnectionDelegate {
         // full), so there is something to stop for; then the server must stop reading:
         // what it received stays the same for 20 looks 20 ms apart. 30 s at most in all.
         let deadline = ContinuousClock.now + .seconds(30)
-        while await observed().mostUnsent < 256 * 1024 && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        _ = try await eventuallyHolds(seconds: 30) { await observed().mostUnsent >= 256 * 1024 }
         var (received, mostUnsent) = await observed()
         var unchanged = 0
         while unchanged < 20 && received < payload.count && ContinuousClock.now < deadline {

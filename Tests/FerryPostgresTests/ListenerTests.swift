@@ -69,10 +69,9 @@ import Testing
                 done(LoopBound(listener, loop: loop))
             }
             var attempts = 0
-            let deadline = ContinuousClock.now + .seconds(20)
-            while attempts < 3 && ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(10))
+            _ = try await eventuallyHolds(seconds: 20) {
                 attempts += server.acceptWaiting()
+                return attempts >= 3
             }
             let connected: Bool = try await onLoop(loop) { done in
                 let connected = listener.value.isConnected

@@ -1,4 +1,5 @@
 import FerryLoop
+import FerryTestSupport
 import Foundation
 import Synchronization
 
@@ -33,18 +34,14 @@ func onLoop<T: Sendable>(
     }
 }
 
-/// Polls `condition` on `loop` every 20 ms until it holds, for at most `seconds`.
+/// Polls `condition` on `loop` (``eventually(_:seconds:_:)``) until it holds, for at most `seconds`.
 func waitUntil(
     _ loop: EventLoop, seconds: Double = 20, _ what: String,
     _ condition: @escaping @Sendable () -> Bool
 ) async throws {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        let holds: Bool = try await onLoop(loop, seconds: seconds) { done in done(condition()) }
-        if holds { return }
-        try await Task.sleep(for: .milliseconds(20))
+    try await eventually(what, seconds: seconds) {
+        try await onLoop(loop, seconds: seconds) { done in done(condition()) }
     }
-    throw TimedOut(description: "\(what) did not happen within \(seconds) s")
 }
 
 /// A loop thread for one test, stopped when the test ends.

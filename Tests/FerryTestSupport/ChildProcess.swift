@@ -94,8 +94,7 @@ public final class ChildProcess: Sendable {
     /// Waits up to `seconds` for the child to end, then kills it (SIGKILL) and waits.
     /// Returns how it ended and whether it had to be killed.
     public func wait(seconds: Double) -> (ending: Ending, killed: Bool) {
-        let deadline = Date().addingTimeInterval(seconds)
-        while isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        _ = eventuallyHoldsBlocking(seconds: seconds) { !isRunning }
         if let ending = ended { return (ending, false) }
         send(SIGKILL)
         return (wait(), true)

@@ -8,7 +8,7 @@ import Foundation
 /// One thread at a time (tests hand it to ``offload``-style blocking work, never to two at once).
 public final class StreamTestClient: @unchecked Sendable {
     /// Which endpoint to open.
-    public enum Transport: Sendable {
+    public enum Transport: Sendable, CaseIterable {
         /// `GET /v1/stream`.
         case webSocket
         /// `GET /v1/events`.
@@ -210,4 +210,27 @@ public final class StreamTestClient: @unchecked Sendable {
 
     /// Closes the socket.
     public func close() { socket.close() }
+}
+
+// MARK: - From async tests
+
+extension StreamTestClient {
+    /// ``nextMessage(ofType:)`` off the caller's thread.
+    public func nextMessageAsync(ofType type: String) async throws -> Message {
+        try await offload { try self.nextMessage(ofType: type) }
+    }
+
+    /// ``nextClose()`` off the caller's thread.
+    public func nextCloseAsync() async throws -> (code: Int?, reason: String) {
+        let close = try await offload { () throws -> StreamClose in
+            let close = try self.nextClose()
+            return StreamClose(code: close.code, reason: close.reason)
+        }
+        return (close.code, close.reason)
+    }
+}
+
+private struct StreamClose: Sendable {
+    var code: Int?
+    var reason: String
 }

@@ -12,13 +12,20 @@ import Foundation
 public func eventually(
     _ what: String, seconds: Double = 20, _ condition: () async throws -> Bool
 ) async throws {
+    guard try await eventuallyHolds(seconds: seconds, condition) else {
+        throw ConditionTimeout(description: "\(what): not within \(seconds) s")
+    }
+}
+
+/// Polls `condition` every 25 ms for at most `seconds` (20 unless given); returns
+/// whether it came to hold, for a test that then asserts on what it last saw.
+public func eventuallyHolds(seconds: Double = 20, _ condition: () async throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     for _ in 0..<Int(seconds * 40) + 1 where ContinuousClock.now < deadline {
-        if try await condition() { return }
+        if try await condition() { return true }
         try await Task.sleep(for: .milliseconds(25))
     }
-    if try await condition() { return }
-    throw ConditionTimeout(description: "\(what): not within \(seconds) s")
+    return try await condition()
 }
 
 /// Polls `value` every 25 ms for at most `seconds` (20 unless given) until it is not
@@ -37,13 +44,20 @@ public func eventually<Value>(
 /// ``eventually(_:seconds:_:)`` for synchronous tests: blocks the calling thread,
 /// polling every 5 ms.
 public func eventuallyBlocking(_ what: String, seconds: Double = 20, _ condition: () throws -> Bool) throws {
+    guard try eventuallyHoldsBlocking(seconds: seconds, condition) else {
+        throw ConditionTimeout(description: "\(what): not within \(seconds) s")
+    }
+}
+
+/// ``eventuallyHolds(seconds:_:)`` for synchronous code: blocks the calling thread,
+/// polling every 5 ms.
+public func eventuallyHoldsBlocking(seconds: Double = 20, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     for _ in 0..<Int(seconds * 200) + 1 where ContinuousClock.now < deadline {
-        if try condition() { return }
+        if try condition() { return true }
         Thread.sleep(forTimeInterval: 0.005)
     }
-    if try condition() { return }
-    throw ConditionTimeout(description: "\(what): not within \(seconds) s")
+    return try condition()
 }
 
 /// A condition a test waited for did not come about in time.

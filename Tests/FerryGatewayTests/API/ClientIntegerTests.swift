@@ -21,14 +21,10 @@ import Testing
                 ])
             defer { _ = server.wait(seconds: 10) }
             defer { server.send(SIGTERM) }
-            var listening = false
-            for _ in 0..<200 where !listening {
-                if let client = try? HTTPTestClient(port: port) {
-                    client.close()
-                    listening = true
-                } else {
-                    try await Task.sleep(for: .milliseconds(50))
-                }
+            let listening = try await eventuallyHolds(seconds: 10) {
+                guard let client = try? HTTPTestClient(port: port) else { return false }
+                client.close()
+                return true
             }
             try #require(listening, "ferry serve did not start listening within 10 s")
 
@@ -73,7 +69,7 @@ import Testing
 
     /// The stream's deadlines (timing wheel, `token_expiring`) come from the token's
     /// end as the check bounds it, so an `exp` of 2^63 - 1 overflows none of them.
-    @Test(arguments: StreamTests.transports)
+    @Test(arguments: StreamTestClient.Transport.allCases)
     func aStreamWithAnAbsurdExpEndsWithinTheLifetime(transport: StreamTestClient.Transport) async throws {
         try await withAccountsGateway(arguments: ["--access-token-ttl", "60", "--stream-token-warning", "3600"]) {
             harness in

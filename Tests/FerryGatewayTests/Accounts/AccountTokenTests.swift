@@ -209,10 +209,8 @@ import Testing
         try await withAccountsGateway { first in
             try await withStartedGateway(databaseURL: first.database.gatewayURL) { secondGateway, secondPort in
                 // The second gateway must be listening before the revocation is announced.
-                var ready = false
-                for _ in 0..<50 where !ready {
-                    ready = try await call("GET", "/readyz", port: secondPort).status == 200
-                    if !ready { try await Task.sleep(for: .milliseconds(100)) }
+                let ready = try await eventuallyHolds(seconds: 5) {
+                    try await call("GET", "/readyz", port: secondPort).status == 200
                 }
                 try #require(ready, "the second gateway's listener never connected")
                 let session = try await first.signUpAnonymous()
@@ -225,12 +223,8 @@ import Testing
 
                 // The NOTIFY reaches the second gateway's cache, which alone decides for
                 // requests that do not ask the database (push, pull, streams).
-                let clock = ContinuousClock()
-                let deadline = clock.now + .seconds(2)
-                var heard = false
-                while !heard && clock.now < deadline {
-                    heard = secondGateway.accounts.revoked.isRevoked(sessionID)
-                    if !heard { try await Task.sleep(for: .milliseconds(20)) }
+                let heard = try await eventuallyHolds(seconds: 2) {
+                    secondGateway.accounts.revoked.isRevoked(sessionID)
                 }
                 #expect(heard, "the second gateway did not hear the revocation within 2 s")
                 let refused = try await call("GET", "/v1/auth/user", port: secondPort, token: session.accessToken)

@@ -4,52 +4,14 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-/// A 32-byte secret for tests; never used outside them.
-let testSecret = "test-secret-test-secret-test-secret!"
-
-/// Starts an in-process gateway on a free loopback port with `arguments` added to the
-/// test defaults (a later flag wins), runs `body`, shuts it down.
-func withGateway<T>(
-    databaseURL: String, arguments: [String] = [], _ body: (_ port: Int) async throws -> T
-) async throws -> T {
-    try await withStartedGateway(databaseURL: databaseURL, arguments: arguments) { _, port in try await body(port) }
-}
-
-/// ``withGateway(databaseURL:arguments:_:)`` that also hands `body` the gateway itself;
-/// it logs to `logger` (standard error, as text, unless given).
-func withStartedGateway<T>(
-    databaseURL: String, arguments: [String] = [], logger: Logger? = nil,
-    _ body: (_ gateway: Gateway, _ port: Int) async throws -> T
-) async throws -> T {
-    let values = try SettingValues(
-        GatewayConfiguration.settings,
-        arguments: [
-            "--database-url", databaseURL, "--jwt-secret", testSecret, "--listen", "127.0.0.1:0", "--threads", "2",
-            // Four connections per loop, not eight: the suite's gateways share one PostgreSQL,
-            // whose 500 connection slots a loaded machine's overlapping tests otherwise fill.
-            "--shutdown-timeout", "2", "--pool-size", "4",
-        ] + arguments, environment: [:])
-    let gateway = try Gateway(
-        configuration: try GatewayConfiguration(values), logger: logger ?? Logger(format: .text, fileDescriptor: 2))
-    let address = try gateway.start()
-    do {
-        let result = try await body(gateway, address.port)
-        await gateway.shutdown()
-        return result
-    } catch {
-        await gateway.shutdown()
-        throw error
-    }
-}
-
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct GatewayTests {
     /// Asks `/readyz` until it answers 200 or about five seconds pass (the listener
     /// connects in the background); returns the last answer.
     func readyz(port: Int) async throws -> HTTPTestResponse {
         var response = try get("/readyz", port: port)
-        for _ in 0..<50 where response.status != 200 {
-            try await Task.sleep(for: .milliseconds(100))
+        _ = try await eventuallyHolds(seconds: 5) {
             response = try get("/readyz", port: port)
+            return response.status == 200
         }
         return response
     }

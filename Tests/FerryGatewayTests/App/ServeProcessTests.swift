@@ -40,10 +40,9 @@ import Testing
     @discardableResult
     func waitForLog(_ path: String, _ text: String, of child: ChildProcess, seconds: Int = 30) async throws -> String {
         var log = ""
-        for _ in 0..<(seconds * 20) {
+        _ = try await eventuallyHolds(seconds: Double(seconds)) {
             log = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-            if log.contains(text) || !child.isRunning { break }
-            try await Task.sleep(for: .milliseconds(50))
+            return log.contains(text) || !child.isRunning
         }
         return log
     }
@@ -177,9 +176,9 @@ import Testing
     /// A client of the `ferry serve` starting on `port`, once it listens (5 s at most).
     func firstClient(port: Int) async throws -> HTTPTestClient {
         var client: HTTPTestClient?
-        for _ in 0..<100 where client == nil {
+        _ = try await eventuallyHolds(seconds: 5) {
             client = try? HTTPTestClient(port: port)
-            if client == nil { try await Task.sleep(for: .milliseconds(50)) }
+            return client != nil
         }
         return try #require(client, "ferry serve did not start listening within 5 s")
     }
@@ -193,7 +192,7 @@ import Testing
             defer { try? FileManager.default.removeItem(atPath: log) }
             let server = try startServe(database.gatewayURL, port: try freePort(), log: log)
             server.send(SIGTERM)
-            for _ in 0..<200 where server.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            _ = try await eventuallyHolds(seconds: 10) { !server.isRunning }
             #expect(server.ended == .exited(0), "still running 10 s after SIGTERM, or ended otherwise")
             let text = try String(contentsOfFile: log, encoding: .utf8)
             #expect(text.contains("serving") && text.contains("shutting down") && text.contains("stopped"), "\(text)")
@@ -273,12 +272,7 @@ import Testing
 
             // No new connections once shutdown began (how soon it begins depends on the
             // machine's load: wait for it, 5 s at most)...
-            var refused = false
-            for _ in 0..<100 where !refused {
-                refused = (try? HTTPTestClient(port: port)) == nil
-                if !refused { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            #expect(refused)
+            #expect(try await eventuallyHolds(seconds: 5) { (try? HTTPTestClient(port: port)) == nil })
             // ...but the request in flight is answered.
             try inFlight.send("world")
             let response = try inFlight.readResponse()
@@ -286,7 +280,7 @@ import Testing
             #expect(response.header("Connection")?.lowercased() == "close")
             #expect(inFlight.waitForClose())
 
-            for _ in 0..<100 where server.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            _ = try await eventuallyHolds(seconds: 5) { !server.isRunning }
             #expect(server.ended == .exited(0))
         }
     }

@@ -10,7 +10,7 @@ import Testing
 /// open a stream, cues end to end (independent Python clients for both transports), the
 /// lifecycle's close codes, coalescing, the listener's gap, several gateways.
 @Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct StreamTests {
-    static let transports: [StreamTestClient.Transport] = [.webSocket, .serverSentEvents]
+    static let transports = StreamTestClient.Transport.allCases
 
     // MARK: - Independent clients
 
@@ -62,9 +62,9 @@ import Testing
             // Once a stream is gone, its place is free again.
             first.close()
             var reopened: StreamTestClient?
-            for _ in 0..<100 where reopened == nil {
+            _ = try await eventuallyHolds(seconds: 5) {
                 reopened = try? await harness.openStream(session, .webSocket)
-                if reopened == nil { try await Task.sleep(for: .milliseconds(50)) }
+                return reopened != nil
             }
             let again = try #require(reopened, "the quota was not given back")
             _ = try await again.nextMessageAsync(ofType: "hello")
@@ -511,72 +511,8 @@ private struct LiveStreamObjects: Sendable {
     /// The counts once they reach zero, or as they are after ten seconds: the last
     /// closes reach the server after the client has seen them.
     func settled() async throws -> (connections: Int, streams: Int) {
-        for _ in 0..<200 where now != (0, 0) { try await Task.sleep(for: .milliseconds(50)) }
+        _ = try await eventuallyHolds(seconds: 10) { now == (0, 0) }
         return now
-    }
-}
-
-// MARK: - Helpers
-
-extension AccountsGateway {
-    /// Opens a stream with `session`'s token (or `token`).
-    func openStream(
-        _ session: TestSession, _ transport: StreamTestClient.Transport, token: String? = nil,
-        tokenInQuery: Bool = false, receiveBufferBytes: Int32? = nil, timeout: Double = 5
-    ) async throws -> StreamTestClient {
-        let port = port
-        return try await offload {
-            try StreamTestClient(
-                port: port, transport: transport, token: token ?? session.accessToken, tokenInQuery: tokenInQuery,
-                timeout: timeout, receiveBufferBytes: receiveBufferBytes)
-        }
-    }
-
-    /// A token for `session` that expires `seconds` from now, signed with the gateway's secret.
-    func token(for session: TestSession, expiresIn seconds: Int) -> String {
-        let now = Int(Date().timeIntervalSince1970)
-        var claims = gateway.accounts.tokens.claims(
-            userID: UUID(uuidString: session.userID)!, sessionID: UUID(uuidString: session.sessionID)!,
-            deviceID: session.deviceID, isAnonymous: true, now: now - 10)
-        claims.expiresAt = now + seconds
-        return gateway.accounts.tokens.sign(claims)
-    }
-
-    /// Upserts one task as `session`'s device (the `tasks` example app).
-    func pushTask(_ session: TestSession, id: String) async throws {
-        let response = try await call(
-            "POST", "/v1/push", token: session.accessToken,
-            json: [
-                "mutations": [
-                    ["id": Int.random(in: 1...1_000_000), "table": "tasks", "op": "upsert", "row": ["id": id]]
-                ]
-            ])
-        try #require(response.status == 200, "push: \(response)")
-    }
-
-    /// Polls a metric (every 50 ms, 10 s at most) until it equals `expected`; returns its last value.
-    func metric(_ name: String, labels: String? = nil, becomes expected: Int) async throws -> Int {
-        var value = try await metric(name, labels: labels)
-        for _ in 0..<200 where value != expected {
-            try await Task.sleep(for: .milliseconds(50))
-            value = try await metric(name, labels: labels)
-        }
-        return value
-    }
-
-    /// A counter or gauge from `/metrics` (summed over its series with `labels`, if given).
-    func metric(_ name: String, labels: String? = nil) async throws -> Int {
-        let response = try await call("GET", "/metrics")
-        var total = 0
-        for line in response.raw.text.split(separator: "\n") where !line.hasPrefix("#") {
-            let parts = line.split(separator: " ")
-            guard parts.count == 2 else { continue }
-            let series = parts[0]
-            let matches =
-                labels.map { series == "\(name){\($0)}" } ?? (series == name || series.hasPrefix(name + "{"))
-            if matches, let value = Double(parts[1]) { total += Int(value) }
-        }
-        return total
     }
 }
 
@@ -593,20 +529,6 @@ private func refusal(
         } catch let error as HTTPTestClientError {
             return error.description
         }
-    }
-}
-
-extension StreamTestClient {
-    func nextMessageAsync(ofType type: String) async throws -> Message {
-        try await offload { try self.nextMessage(ofType: type) }
-    }
-
-    func nextCloseAsync() async throws -> (code: Int?, reason: String) {
-        let close = try await offload { () throws -> StreamClose in
-            let close = try self.nextClose()
-            return StreamClose(code: close.code, reason: close.reason)
-        }
-        return (close.code, close.reason)
     }
 }
 
@@ -647,9 +569,4 @@ extension StreamTestClient {
         }
         return (count, bytes)
     }
-}
-
-private struct StreamClose: Sendable {
-    var code: Int?
-    var reason: String
 }

@@ -83,20 +83,15 @@ struct AccountsDatabase: Sendable {
     /// The pid of the gateway backend whose query mentions `function` while it waits on a
     /// lock, polled for at most 20 s (bounded in count too); nil when none showed up.
     func gatewayBackendWaitingOnALock(running function: String) async throws -> String? {
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(20)
-        for _ in 0..<800 where clock.now < deadline {
-            let pid = try await admin.query(
+        try? await eventually("a gateway backend running \(function) waiting on a lock") {
+            try await admin.query(
                 """
                 select pid::text from pg_stat_activity
                 where datname = current_database() and application_name = 'ferry'
                     and query like '%' || $1 || '%' and wait_event_type = 'Lock'
                 """, [function]
             ).rows.first?[0]
-            if let pid { return pid }
-            try await Task.sleep(for: .milliseconds(25))
         }
-        return nil
     }
 
     // MARK: Synced rows
