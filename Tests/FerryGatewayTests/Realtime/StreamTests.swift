@@ -307,9 +307,10 @@ import Testing
     @Test func anInBandAuthExtendsAWebSocketAndAnotherUsersTokenIsRefused() async throws {
         try await withAccountsGateway(arguments: ["--token-leeway", "0"]) { harness in
             let session = try await harness.signUpAnonymous()
-            // Six seconds leave the auth message time to arrive on a loaded machine; the
-            // stream must then outlive the first token, so the test waits for its end.
-            let firstToken = harness.token(for: session, expiresIn: 6)
+            // Fifteen seconds leave the opening and the auth message time on a loaded
+            // machine (six did not, with the whole suite running at once); the stream must
+            // then outlive the first token, so the test waits for its end.
+            let firstToken = harness.token(for: session, expiresIn: 15)
             let firstEnd = try #require(decodeClaims(firstToken)["exp"] as? Int)
             let stream = try await harness.openStream(session, .webSocket, token: firstToken, timeout: 15)
             _ = try await stream.nextMessageAsync(ofType: "token_expiring")
