@@ -38,7 +38,7 @@ GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/SyncRoutes.swift ||
+grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/Sync/SyncRoutes.swift ||
     { echo "the push statement changed: update bench/push-shape.sh" >&2; exit 1; }
 # 0013's ferry.push under another name: its text, as applied, from the migration in git.
 before_function=$(git show e9a775d:sql/ferry/0013_push_upserts.sql |
