@@ -1,9 +1,10 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryClient
 
 /// The stream's JSON messages and what a close asks of the client.
-@Suite struct CueStreamMessageTests {
+@Suite(.tagSelection) struct CueStreamMessageTests {
     @Test func helloCarriesItsHeartbeatClampedToWhatAClientBelieves() {
         #expect(
             CueStreamMessage(json: #"{"type":"hello","user_id":"u","device_id":"d","heartbeat_ms":25000}"#)

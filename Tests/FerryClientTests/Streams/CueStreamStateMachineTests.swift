@@ -1,9 +1,10 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryClient
 
 /// The stream's policy, step by step, with a fixed clock and fixed randomness.
-@Suite struct CueStreamStateMachineTests {
+@Suite(.tagSelection) struct CueStreamStateMachineTests {
     typealias Machine = CueStreamStateMachine
     let t0 = ContinuousClock.now
 

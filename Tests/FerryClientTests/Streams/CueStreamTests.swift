@@ -6,7 +6,7 @@ import Testing
 
 /// ``CueStream`` over real sockets: against an in-process gateway on a migrated database
 /// (PROTOCOL.md's "Streams"), and against a loopback server that goes silent.
-@Suite(.timeLimit(.minutes(5))) struct CueStreamTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct CueStreamTests {
     /// Starts `stream`, runs `body` with its event log, stops it whatever happens.
     func running<T>(_ stream: CueStream, _ body: (StreamEventLog) async throws -> T) async throws -> T {
         let log = await StreamEventLog.reading(stream)

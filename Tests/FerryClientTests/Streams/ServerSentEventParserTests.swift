@@ -1,9 +1,10 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryClient
 
 /// The event-stream parser against WHATWG's rules and Ferry's own framing.
-@Suite struct ServerSentEventParserTests {
+@Suite(.tagSelection) struct ServerSentEventParserTests {
     func events(_ chunks: [String], parser: inout ServerSentEventParser) throws -> [ServerSentEvent] {
         var events: [ServerSentEvent] = []
         for chunk in chunks { events += try parser.parse(Array(chunk.utf8)) }

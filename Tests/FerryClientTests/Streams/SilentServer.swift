@@ -37,7 +37,7 @@ final class SilentServer: Sendable {
     /// Closes every accepted connection and stops accepting (waits for the thread, 10 s at most).
     func close() async {
         state.withLock { $0.closed = true }
-        for _ in 0..<400 where !state.withLock({ $0.done }) { try? await Task.sleep(for: .milliseconds(25)) }
+        _ = try? await eventuallyHolds(seconds: 10) { state.withLock { $0.done } }
         let open = state.withLock { state -> [Int32] in
             defer { state.accepted = [] }
             return state.accepted
