@@ -21,7 +21,7 @@ func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true, st
 }
 
 /// FerryClient's API in an app's process, against a real gateway.
-@Suite(.timeLimit(.minutes(5))) struct ClientTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct ClientTests {
     /// The drain is level-triggered: a push that failed (gateway down) is retried by its
     /// backoff timer alone, with no new write, sync() call or reconnect to start it (no
     /// cue stream either, whose reopening would be a trigger).

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// Accounts and locks through ferry-demo processes against a real gateway.
-@Suite(.timeLimit(.minutes(5))) struct DemoAccountTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct DemoAccountTests {
     @Test func aFirstLaunchSignsUpAnonymouslyAndLaterLaunchesKeepTheAccount() async throws {
         try await DemoGateway.with { gateway in
             let device = gateway.device("phone")

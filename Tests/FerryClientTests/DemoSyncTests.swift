@@ -18,7 +18,7 @@ func shownIDs(_ json: String, column: String = "id") throws -> [String] {
 
 /// Sync through ferry-demo processes against a real gateway: the outbox survives the
 /// gateway's absence and `kill -9`, and the pull merges whatever the server has.
-@Suite(.timeLimit(.minutes(5))) struct DemoSyncTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct DemoSyncTests {
     @Test func offlineEditsReachTheServerWhenItIsBack() async throws {
         try await DemoGateway.with { gateway in
             let device = gateway.device("phone")

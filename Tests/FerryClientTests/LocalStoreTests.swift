@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -40,7 +41,7 @@ func page(_ upserts: [FerryRow], deletes: [FerryRow] = [], cursor: String, lastM
         ])!
 }
 
-@Suite struct LocalStoreTests {
+@Suite(.tagSelection) struct LocalStoreTests {
     @Test func enqueueWritesTheRowAndTheMutationTogether() async throws {
         try await withStore { (store, heard) async throws -> Void in
             let row = try store.enqueue(

@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import Testing
 
@@ -11,7 +12,7 @@ func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> 
     return try await body(directory)
 }
 
-@Suite struct SQLiteConnectionTests {
+@Suite(.tagSelection) struct SQLiteConnectionTests {
     @Test func opensInWALMode() async throws {
         try await withTemporaryDirectory { (directory) async throws -> Void in
             let connection = try SQLiteConnection(path: directory.appendingPathComponent("a.sqlite").path)
@@ -61,7 +62,7 @@ func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> 
     }
 }
 
-@Suite struct JSONValueTests {
+@Suite(.tagSelection) struct JSONValueTests {
     @Test func integersStayExact() throws {
         let value = try JSONValue(json: Data(#"{"big": 9007199254740993, "small": -3, "real": 1.5}"#.utf8))
         #expect(value["big"] == .integer(9_007_199_254_740_993))
