@@ -1,10 +1,11 @@
+import FerryTestSupport
 import Testing
 
 @testable import FerryHTTP
 
 /// `HTTPLimits.pathBodyLimits`: one path's body limit in place of the general one, known
 /// when the head is complete, so a body over it is refused before it is buffered.
-@Suite struct PathBodyLimitTests {
+@Suite(.tagSelection) struct PathBodyLimitTests {
     let limits = HTTPLimits(
         maxBodyBytes: 4,
         pathBodyLimits: [PathBodyLimit(path: "/v1/big", maxBytes: 10, message: "over 10 (BIG_SETTING)")])

@@ -7,8 +7,7 @@ import Testing
 /// devices of one user through offline edits, a conflict, deletes, a second device's first
 /// sync, a rejected record and a migration sync, against an in-process gateway serving
 /// the to-do example. At the end both devices' records equal the database's.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct WatermelonClientTests {
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct WatermelonClientTests {
     static let script = NodeScript.path("watermelon_sync.mjs")
 
     @Test func twoDevicesSyncAsWatermelonDBWouldAndEndWithTheDatabasesRecords() async throws {

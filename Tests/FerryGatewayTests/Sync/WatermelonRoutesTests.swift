@@ -9,8 +9,7 @@ import Testing
 /// `ferry_gateway`: the query read strictly, the answers as WatermelonDB takes them, the
 /// errors with PROTOCOL.md's codes, the limits naming their settings, the route counted
 /// like push and pull, and cues with the pushing device as origin.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct WatermelonRoutesTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct WatermelonRoutesTests {
     // MARK: - The query, without sockets
 
     @Test func lastPulledAtIsAPositiveSafeIntegerOrAFirstSync() throws {

@@ -10,8 +10,7 @@ import Testing
 /// identity statement and the function call in one pipeline). The to-do example's
 /// `tasks` is the main table; `fixtures` adds one table per other strategy and a few that
 /// are not served.
-/// Each test gets at most five minutes: a test that hangs fails by name (it needs real sockets or PostgreSQL).
-@Suite(.timeLimit(.minutes(5))) struct WatermelonSQLTests {
+@Suite(.hangLimit, .tags(.database), .tagSelection) struct WatermelonSQLTests {
     static let fixtures = """
         create table public.records (
             id text not null, user_id uuid not null, seconds integer not null, finished_at timestamptz not null,
