@@ -118,7 +118,12 @@ extension TCPListener {
     /// are none to read). After ``checkNotServed(_:)`` passed and this process's
     /// listeners are bound, a count above 0 means another process bound the address
     /// in between, with `SO_REUSEPORT`, and now shares its connections.
+    ///
+    /// The kernel writes the table a page at a time, so a read while other sockets open
+    /// and close can skip a line; the count is over the union of three reads, so one
+    /// skipped line does not hide a listener.
     public static func otherListeners(on address: SocketAddress, excluding ours: Set<UInt64>) -> Int {
-        KernelSocketTable.read(family: address.family).listeners(on: address).subtracting(ours).count
+        let reads = (0..<3).map { _ in KernelSocketTable.read(family: address.family).listeners(on: address) }
+        return reads.reduce(into: Set<UInt64>()) { $0.formUnion($1) }.subtracting(ours).count
     }
 }
