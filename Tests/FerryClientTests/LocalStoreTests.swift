@@ -73,6 +73,16 @@ func page(_ upserts: [FerryRow], deletes: [FerryRow] = [], cursor: String, lastM
         }
     }
 
+    @Test func theLastMutationsIDIsNotTakenAgainWhenItLeavesBeforeEarlierOnes() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            try store.enqueue(.upsert, into: "tasks", ["id": "a"])
+            try store.enqueue(.upsert, into: "tasks", ["id": "b"])
+            try store.settle(acknowledged: [2], rejected: [])
+            try store.enqueue(.upsert, into: "tasks", ["id": "c"])
+            #expect(try store.pendingBatch(limit: 10, maxBytes: 1 << 20).map(\.id) == [1, 3])
+        }
+    }
+
     @Test func aPullRaisesTheNextMutationIDPastTheServersLast() async throws {
         try await withStore { (store, _) async throws -> Void in
             #expect(try store.merge(page([], cursor: "c1", lastMutationID: 41), startedFrom: nil, syncedAt: Date()))

@@ -191,19 +191,21 @@ package final class LocalStore: Sendable {
             var body = row
             // The owner is the caller; pushing it is optional, and `updated_at` is the server's.
             body.removeValue(forKey: "updated_at")
-            let key = try state.key(of: body, in: schema, owner: userID)
-            let id = try state.takeMutationID()
-            // The server's version of the row, kept while it has pending writes. No shadow
-            // means the server has no such row (the common case: a new row, one read).
-            if let current = try state.row(in: schema, key: key), try state.pendingCount(table: table, key: key) == 0 {
-                try state.connection.query(
-                    "insert or replace into _ferry_shadow (table_name, row_key, row) values (?1, ?2, ?3)",
-                    [.text(table), .text(key), .text(JSONValue.object(current).jsonText)])
-            }
+            let keyRow = try state.keyRow(of: body, in: schema, owner: userID)
+            let key = JSONValue.object(keyRow).jsonText
+            try state.captureShadow(schema, key: key, keyRow: keyRow)
+            // The id is the counter's floor or one past the outbox's last, whichever is
+            // higher: the counter row is written only when the outbox loses rows
+            // (keepMutationFloor), so an enqueue writes no page of it.
             try state.connection.query(
-                "insert into _ferry_outbox (id, table_name, op, body, row_key) values (?1, ?2, ?3, ?4, ?5)",
-                [.integer(id), .text(table), .text(op.rawValue), .text(JSONValue.object(body).jsonText), .text(key)])
-            return try state.applyLocally(op, body, in: schema, owner: userID) ?? state.keyColumns(of: key)
+                """
+                insert into _ferry_outbox (id, table_name, op, body, row_key) values (
+                    max(coalesce((select max(id) from _ferry_outbox), 0) + 1,
+                        coalesce((select cast(value as integer) from _ferry_meta where key = 'next_mutation_id'), 1)),
+                    ?1, ?2, ?3, ?4)
+                """,
+                [.text(table), .text(op.rawValue), .text(JSONValue.object(body).jsonText), .text(key)])
+            return try state.applyLocally(op, body, in: schema, owner: userID, keyRow: keyRow) ?? keyRow
         }
     }
 
@@ -248,6 +250,7 @@ package final class LocalStore: Sendable {
     func settle(acknowledged: [Int64], rejected: [Int64]) throws {
         try write { state in
             var keys: Set<RowKey> = []
+            try state.keepMutationFloor()
             for id in acknowledged + rejected {
                 if let key = try state.outboxKey(id) { keys.insert(key) }
                 try state.connection.query("delete from _ferry_outbox where id = ?1", [.integer(id)])
@@ -281,6 +284,7 @@ package final class LocalStore: Sendable {
                     acknowledged.insert(RowKey(table: table, key: key))
                 }
             }
+            try state.keepMutationFloor()
             try state.connection.query("delete from _ferry_outbox where id <= ?1", [.integer(page.lastMutationID)])
             // Only rows with pending writes need their shadow kept and their writes
             // replayed: read which those are once, not once per row.
@@ -383,10 +387,10 @@ package final class LocalStore: Sendable {
     }
 
     private func write<T: Sendable>(_ body: (StoreState) throws -> T) throws -> T {
-        let (value, changed) = try state.withLock { state in
-            try state.connection.transaction { try body(state) }
+        let (value, visible) = try state.withLock { state in
+            let (value, changed) = try state.connection.transaction { try body(state) }
+            return (value, changed.filter { state.tables[$0] != nil })
         }
-        let visible = changed.intersection(tables.keys)
         if !visible.isEmpty { self.changed(visible) }
         return value
     }
@@ -406,16 +410,26 @@ struct RowKey: Hashable, Sendable {
 /// hands it to) never keep it. So no two threads touch it, or its SQLite connection, at once.
 final class StoreState: @unchecked Sendable {
     let connection: SQLiteConnection
-    var tables: [String: TableSchema] {
-        didSet {
-            upsertSQL.removeAll()
-            statementSQL.removeAll()
-        }
+    var tables: [String: TableSchema] { didSet { statementSQL.removeAll() } }
+    /// The SQL of local writes and reads, made once per table and the columns they name.
+    private var statementSQL: [StatementShape: String] = [:]
+
+    private struct StatementShape: Hashable {
+        enum Kind { case upsertWhole, write, select, shadow, delete }
+        var kind: Kind
+        var table: String
+        /// For `write`: which of the table's columns it sets.
+        var columns: [Bool] = []
     }
-    /// Each table's whole-row upsert, made once.
-    private var upsertSQL: [String: String] = [:]
-    /// The SQL of local writes and reads by key, by table and the columns they name.
-    private var statementSQL: [String: String] = [:]
+
+    private func statement(_ shape: StatementShape, _ make: () -> String) -> String {
+        if let cached = statementSQL[shape] { return cached }
+        let sql = make()
+        // Shapes come from the app's rows: a bound on how many are kept.
+        if statementSQL.count > 256 { statementSQL.removeAll() }
+        statementSQL[shape] = sql
+        return sql
+    }
 
     init(connection: SQLiteConnection, tables: [String: TableSchema]) {
         self.connection = connection
@@ -440,24 +454,38 @@ final class StoreState: @unchecked Sendable {
         }
     }
 
-    func nextMutationID() throws -> Int64 { try meta("next_mutation_id").flatMap { Int64($0) } ?? 1 }
-
-    /// The next mutation id, and the counter moved past it, in one statement.
-    func takeMutationID() throws -> Int64 {
-        let taken = try connection.query(
+    /// The id the next enqueue takes: the counter's floor, or one past the outbox's last
+    /// mutation when that is higher.
+    func nextMutationID() throws -> Int64 {
+        let next = try connection.query(
             """
-            update _ferry_meta set value = cast(cast(value as integer) + 1 as text) where key = 'next_mutation_id'
-            returning cast(value as integer) - 1
+            select max(coalesce((select max(id) from _ferry_outbox), 0) + 1,
+                coalesce((select cast(value as integer) from _ferry_meta where key = 'next_mutation_id'), 1))
             """)
-        guard case .integer(let id)? = taken.first?.first else {
-            throw LocalStoreError.invalidRow("the store has no mutation counter")
-        }
+        guard case .integer(let id)? = next.first?.first else { return 1 }
         return id
+    }
+
+    /// Raises the counter's floor past the outbox's last mutation: called before any
+    /// mutation leaves the outbox, so an id is never taken twice, across restarts too.
+    func keepMutationFloor() throws {
+        try connection.query(
+            """
+            update _ferry_meta set value = cast(max(cast(value as integer),
+                coalesce((select max(id) from _ferry_outbox), 0) + 1) as text)
+            where key = 'next_mutation_id'
+            """)
     }
 
     /// The key of `row` in `table` as JSON text of the key columns, the owner filled in
     /// with `owner` when the row leaves it out.
     func key(of row: FerryRow, in table: TableSchema, owner: String?) throws -> String {
+        JSONValue.object(try keyRow(of: row, in: table, owner: owner)).jsonText
+    }
+
+    /// The key columns of `row` in `table`, the owner filled in with `owner` when the row
+    /// leaves it out.
+    func keyRow(of row: FerryRow, in table: TableSchema, owner: String?) throws -> FerryRow {
         var key: FerryRow = [:]
         for column in table.key {
             if let value = row[column], value != .null {
@@ -468,7 +496,7 @@ final class StoreState: @unchecked Sendable {
                 throw LocalStoreError.missingKey(table: table.name, column: column)
             }
         }
-        return JSONValue.object(key).jsonText
+        return key
     }
 
     func keyColumns(of key: String) -> FerryRow { (try? JSONValue(json: Data(key.utf8)))?.objectValue ?? [:] }
@@ -479,44 +507,64 @@ final class StoreState: @unchecked Sendable {
 
     func row(_ table: TableSchema, _ values: [SQLValue]) -> FerryRow {
         var row: FerryRow = [:]
+        row.reserveCapacity(table.columns.count)
         for (column, value) in zip(table.columns, values) { row[column.name] = column.kind.jsonValue(value) }
         return row
     }
 
-    private func keyCondition(_ table: TableSchema, _ key: FerryRow) -> (String, [SQLValue]) {
-        let condition = table.key.enumerated().map { "\($1.quotedIdentifier) = ?\($0 + 1)" }.joined(separator: " and ")
-        let values = table.key.map { column in (table.column(column)?.kind ?? .text).sqlValue(key[column] ?? .null) }
-        return (condition, values)
+    /// `key = ?1 and …`: the condition on a table's key columns, bound to ``keyValues(_:_:)``.
+    private func keyCondition(_ table: TableSchema) -> String {
+        table.key.enumerated().map { "\($1.quotedIdentifier) = ?\($0 + 1)" }.joined(separator: " and ")
+    }
+
+    private func keyValues(_ table: TableSchema, _ key: FerryRow) -> [SQLValue] {
+        table.key.map { column in (table.column(column)?.kind ?? .text).sqlValue(key[column] ?? .null) }
     }
 
     func row(in table: TableSchema, key: String) throws -> FerryRow? {
-        let (condition, values) = keyCondition(table, keyColumns(of: key))
-        let shape = "select\u{0}" + table.name
-        let sql: String
-        if let cached = statementSQL[shape] {
-            sql = cached
-        } else {
-            sql = "select \(columnList(table)) from \(table.name.quotedIdentifier) where \(condition)"
-            statementSQL[shape] = sql
+        try row(in: table, keyRow: keyColumns(of: key))
+    }
+
+    func row(in table: TableSchema, keyRow: FerryRow) throws -> FerryRow? {
+        let sql = statement(StatementShape(kind: .select, table: table.name)) {
+            "select \(columnList(table)) from \(table.name.quotedIdentifier) where \(keyCondition(table))"
         }
-        return try connection.query(sql, values).first.map { row(table, $0) }
+        return try connection.query(sql, keyValues(table, keyRow)).first.map { row(table, $0) }
     }
 
     func delete(in table: TableSchema, key: String) throws {
-        let (condition, values) = keyCondition(table, keyColumns(of: key))
-        try connection.query("delete from \(table.name.quotedIdentifier) where \(condition)", values)
+        try delete(in: table, keyRow: keyColumns(of: key))
+    }
+
+    func delete(in table: TableSchema, keyRow: FerryRow) throws {
+        let sql = statement(StatementShape(kind: .delete, table: table.name)) {
+            "delete from \(table.name.quotedIdentifier) where \(keyCondition(table))"
+        }
+        try connection.query(sql, keyValues(table, keyRow))
+    }
+
+    /// Before a row's first pending write, keeps the server's version of it as its shadow
+    /// (what a rejected write reverts to). No shadow means the server has no such row (the
+    /// common case, a new row): one read, which finds nothing.
+    func captureShadow(_ table: TableSchema, key: String, keyRow: FerryRow) throws {
+        let sql = statement(StatementShape(kind: .shadow, table: table.name)) {
+            "select \(columnList(table)) from \(table.name.quotedIdentifier) where \(keyCondition(table)) "
+                + "and not exists (select 1 from _ferry_outbox where table_name = ?\(table.key.count + 1) "
+                + "and row_key = ?\(table.key.count + 2))"
+        }
+        guard let current = try connection.query(sql, keyValues(table, keyRow) + [.text(table.name), .text(key)]).first
+        else { return }
+        try connection.query(
+            "insert or replace into _ferry_shadow (table_name, row_key, row) values (?1, ?2, ?3)",
+            [.text(table.name), .text(key), .text(JSONValue.object(row(table, current)).jsonText)])
     }
 
     /// Writes a whole row as pull sent it (columns it lacks become NULL).
     func upsertWhole(_ row: FerryRow, in table: TableSchema) throws {
-        let sql: String
-        if let cached = upsertSQL[table.name] {
-            sql = cached
-        } else {
+        let sql = statement(StatementShape(kind: .upsertWhole, table: table.name)) {
             let placeholders = (1...table.columns.count).map { "?\($0)" }.joined(separator: ", ")
-            sql =
+            return
                 "insert or replace into \(table.name.quotedIdentifier) (\(columnList(table))) values (\(placeholders))"
-            upsertSQL[table.name] = sql
         }
         try connection.query(sql, table.columns.map { $0.kind.sqlValue(row[$0.name] ?? .null) })
     }
@@ -525,40 +573,41 @@ final class StoreState: @unchecked Sendable {
     /// over the row (creating it), a delete removes it. Columns the local table does not
     /// have are left to the server, which decides about them.
     /// Returns the row as it now stands (nil after a delete).
+    /// `keyRow`: the key of `body`, when the caller has it already.
     @discardableResult
-    func applyLocally(_ op: FerryOperation, _ body: FerryRow, in table: TableSchema, owner: String) throws -> FerryRow?
-    {
-        let key = try self.key(of: body, in: table, owner: owner)
+    func applyLocally(
+        _ op: FerryOperation, _ body: FerryRow, in table: TableSchema, owner: String, keyRow: FerryRow? = nil
+    ) throws -> FerryRow? {
+        let keyRow = try keyRow ?? self.keyRow(of: body, in: table, owner: owner)
         if op == .delete {
-            try delete(in: table, key: key)
+            try delete(in: table, keyRow: keyRow)
             return nil
         }
         var row = body
         if let ownerColumn = table.owner, row[ownerColumn] == nil || row[ownerColumn] == .null {
             row[ownerColumn] = .string(owner)
         }
-        let columns = table.columns.filter { row[$0.name] != nil }
-        let shape = table.name + "\u{0}" + columns.map(\.name).joined(separator: "\u{0}")
-        let sql: String
-        if let cached = statementSQL[shape] {
-            sql = cached
-        } else {
+        let included = table.columns.map { row[$0.name] != nil }
+        let sql = statement(StatementShape(kind: .write, table: table.name, columns: included)) {
+            let columns = zip(table.columns, included).filter(\.1).map(\.0)
             let names = columns.map(\.name.quotedIdentifier).joined(separator: ", ")
             let placeholders = (0..<columns.count).map { "?\($0 + 1)" }.joined(separator: ", ")
             let updates = columns.filter { !table.key.contains($0.name) }
                 .map { "\($0.name.quotedIdentifier) = excluded.\($0.name.quotedIdentifier)" }
             let conflict = table.key.map(\.quotedIdentifier).joined(separator: ", ")
             let action = updates.isEmpty ? "do nothing" : "do update set " + updates.joined(separator: ", ")
-            sql =
-                "insert into \(table.name.quotedIdentifier) (\(names)) values (\(placeholders)) "
+            return "insert into \(table.name.quotedIdentifier) (\(names)) values (\(placeholders)) "
                 + "on conflict (\(conflict)) \(action) returning \(columnList(table))"
-            if statementSQL.count > 256 { statementSQL.removeAll() }
-            statementSQL[shape] = sql
+        }
+        var values: [SQLValue] = []
+        values.reserveCapacity(table.columns.count)
+        for (column, set) in zip(table.columns, included) where set {
+            values.append(column.kind.sqlValue(row[column.name] ?? .null))
         }
         do {
-            let written = try connection.query(sql, columns.map { $0.kind.sqlValue(row[$0.name] ?? .null) })
+            let written = try connection.query(sql, values)
             if let values = written.first { return self.row(table, values) }
-            return try self.row(in: table, key: key)
+            return try self.row(in: table, keyRow: keyRow)
         } catch {
             if let failure = error as? SQLiteError, failure.isConstraint {
                 throw LocalStoreError.invalidRow(failure.message)

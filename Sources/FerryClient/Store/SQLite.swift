@@ -165,13 +165,15 @@ final class SQLiteConnection {
             defer { depth -= 1 }
             return (try body(), [])
         }
-        try execute("begin immediate")
+        // BEGIN and COMMIT as cached statements: an enqueue is short enough that parsing
+        // them each time shows.
+        try query("begin immediate")
         changes.names.removeAll()
         depth = 1
         do {
             let value = try body()
             depth = 0
-            try execute("commit")
+            try query("commit")
             let changed = changes.names.union(changes.marked)
             changes.names.removeAll()
             changes.marked.removeAll()

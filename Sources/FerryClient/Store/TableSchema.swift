@@ -17,10 +17,28 @@ public struct TableSchema: Sendable, Hashable, Codable {
     /// A column and its PostgreSQL type (`format_type`), e.g. `text`, `integer`, `jsonb`, `text[]`.
     public struct Column: Sendable, Hashable, Codable {
         public var name: String
-        public var type: String
+        public var type: String {
+            didSet { kind = ColumnKind(postgresType: type) }
+        }
 
-        /// How the local store keeps this column's values.
-        var kind: ColumnKind { ColumnKind(postgresType: type) }
+        /// How the local store keeps this column's values: read from `type` once, as every
+        /// local write and read asks for it.
+        private(set) var kind: ColumnKind
+
+        public init(name: String, type: String) {
+            self.name = name
+            self.type = type
+            kind = ColumnKind(postgresType: type)
+        }
+
+        private enum CodingKeys: String, CodingKey { case name, type }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            self.init(
+                name: try container.decode(String.self, forKey: .name),
+                type: try container.decode(String.self, forKey: .type))
+        }
     }
 
     /// The bare table name, as push and pull name it.
