@@ -149,6 +149,24 @@ func page(_ upserts: [FerryRow], deletes: [FerryRow] = [], cursor: String, lastM
         }
     }
 
+    @Test func aPendingWriteFromAnotherProcessKeepsTheServersRowAsTheShadow() async throws {
+        try await withTemporaryDirectory { (directory) async throws -> Void in
+            let path = directory.appendingPathComponent("s.sqlite").path
+            let app = try LocalStore(path: path, userID: owner) { _ in }
+            try app.apply(schema: [tasksSchema])
+            let server: FerryRow = ["id": "t", "user_id": .string(owner), "title": "server", "position": 1.0]
+            #expect(try app.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            // Another process on the same file (an extension, a ferry-demo run) writes first.
+            let other = try LocalStore(path: path, userID: owner) { _ in }
+            try other.enqueue(.upsert, into: "tasks", ["id": "t", "title": "bad"])
+            try app.enqueue(.upsert, into: "tasks", ["id": "t", "position": 5.0])
+            try app.settle(acknowledged: [], rejected: [1])
+            let row = try app.rows(in: "tasks")[0]
+            #expect(row["title"] == "server")
+            #expect(row["position"] == .double(5))
+        }
+    }
+
     @Test func observersHearAMergeOfManyRowsOnce() async throws {
         try await withStore { (store, heard) async throws -> Void in
             let rows: [FerryRow] = (0..<500).map { ["id": .string("t\($0)"), "user_id": .string(owner)] }

@@ -105,7 +105,7 @@ package final class LocalStore: Sendable {
             create table if not exists _ferry_outbox (
                 id integer primary key, table_name text not null, op text not null, body text not null,
                 row_key text not null);
-            create index if not exists _ferry_outbox_key on _ferry_outbox (table_name, row_key);
+            drop index if exists _ferry_outbox_key;
             create table if not exists _ferry_shadow (
                 table_name text not null, row_key text not null, row text, primary key (table_name, row_key));
             insert or ignore into _ferry_meta (key, value) values ('next_mutation_id', '1');
@@ -193,7 +193,8 @@ package final class LocalStore: Sendable {
             body.removeValue(forKey: "updated_at")
             let keyRow = try state.keyRow(of: body, in: schema, owner: userID)
             let key = JSONValue.object(keyRow).jsonText
-            try state.captureShadow(schema, key: key, keyRow: keyRow)
+            let rowKey = RowKey(table: table, key: key)
+            if try state.pendingCount(rowKey) == 0 { try state.captureShadow(schema, key: key, keyRow: keyRow) }
             // The id is the counter's floor or one past the outbox's last, whichever is
             // higher: the counter row is written only when the outbox loses rows
             // (keepMutationFloor), so an enqueue writes no page of it.
@@ -205,6 +206,7 @@ package final class LocalStore: Sendable {
                     ?1, ?2, ?3, ?4)
                 """,
                 [.text(table), .text(op.rawValue), .text(JSONValue.object(body).jsonText), .text(key)])
+            state.notePending(rowKey, 1)
             return try state.applyLocally(op, body, in: schema, owner: userID, keyRow: keyRow) ?? keyRow
         }
     }
@@ -252,14 +254,17 @@ package final class LocalStore: Sendable {
             var keys: Set<RowKey> = []
             try state.keepMutationFloor()
             for id in acknowledged + rejected {
-                if let key = try state.outboxKey(id) { keys.insert(key) }
+                guard let key = try state.outboxKey(id) else { continue }
+                keys.insert(key)
                 try state.connection.query("delete from _ferry_outbox where id = ?1", [.integer(id)])
+                state.notePending(key, -1)
             }
+            let remaining = rejected.isEmpty ? [:] : try state.pendingMutations(of: keys)
             for key in keys {
                 guard let schema = state.tables[key.table] else { continue }
                 if !rejected.isEmpty {
                     try state.restoreShadow(schema, key: key.key, owner: userID)
-                    try state.replay(schema, key: key.key, owner: userID)
+                    state.replay(remaining[key] ?? [], in: schema, owner: userID)
                 }
                 try state.dropShadowIfSettled(key)
             }
@@ -281,19 +286,15 @@ package final class LocalStore: Sendable {
                 "select table_name, row_key from _ferry_outbox where id <= ?1", [.integer(page.lastMutationID)])
             {
                 if case .text(let table) = row[0], case .text(let key) = row[1] {
-                    acknowledged.insert(RowKey(table: table, key: key))
+                    let key = RowKey(table: table, key: key)
+                    acknowledged.insert(key)
+                    state.notePending(key, -1)
                 }
             }
             try state.keepMutationFloor()
             try state.connection.query("delete from _ferry_outbox where id <= ?1", [.integer(page.lastMutationID)])
-            // Only rows with pending writes need their shadow kept and their writes
-            // replayed: read which those are once, not once per row.
-            var pending: Set<RowKey> = []
-            for row in try state.connection.query("select distinct table_name, row_key from _ferry_outbox") {
-                if case .text(let table) = row[0], case .text(let key) = row[1] {
-                    pending.insert(RowKey(table: table, key: key))
-                }
-            }
+            // Only rows with pending writes need their shadow kept and their writes replayed.
+            let pending = Set(try state.pendingKeys().keys)
             var touched: Set<RowKey> = []
             for (table, changes) in page.changes {
                 guard let schema = state.tables[table] else { continue }
@@ -315,9 +316,10 @@ package final class LocalStore: Sendable {
                     }
                 }
             }
+            let replays = touched.isEmpty ? [:] : try state.pendingMutations(of: touched)
             for key in touched {
                 guard let schema = state.tables[key.table] else { continue }
-                try state.replay(schema, key: key.key, owner: userID)
+                state.replay(replays[key] ?? [], in: schema, owner: userID)
             }
             for key in acknowledged { try state.dropShadowIfSettled(key) }
             try state.setMeta("cursor", page.cursor)
@@ -388,8 +390,16 @@ package final class LocalStore: Sendable {
 
     private func write<T: Sendable>(_ body: (StoreState) throws -> T) throws -> T {
         let (value, visible) = try state.withLock { state in
-            let (value, changed) = try state.connection.transaction { try body(state) }
-            return (value, changed.filter { state.tables[$0] != nil })
+            do {
+                let (value, changed) = try state.connection.transaction {
+                    try state.forgetPendingIfChangedElsewhere()
+                    return try body(state)
+                }
+                return (value, changed.filter { state.tables[$0] != nil })
+            } catch {
+                state.forgetPending()
+                throw error
+            }
         }
         if !visible.isEmpty { self.changed(visible) }
         return value
@@ -411,11 +421,17 @@ struct RowKey: Hashable, Sendable {
 final class StoreState: @unchecked Sendable {
     let connection: SQLiteConnection
     var tables: [String: TableSchema] { didSet { statementSQL.removeAll() } }
+    /// How many outbox mutations each row has, counted in memory so the outbox needs no
+    /// index by row (one more page every enqueue's transaction would write). nil: not
+    /// known; read from the outbox at the next use. Valid while no other connection (another
+    /// process on the file) committed since `pendingVersion` (SQLite's data_version).
+    private var pending: [RowKey: Int]?
+    private var pendingVersion: Int64 = 0
     /// The SQL of local writes and reads, made once per table and the columns they name.
     private var statementSQL: [StatementShape: String] = [:]
 
     private struct StatementShape: Hashable {
-        enum Kind { case upsertWhole, write, select, shadow, delete }
+        enum Kind { case upsertWhole, write, select, delete }
         var kind: Kind
         var table: String
         /// For `write`: which of the table's columns it sets.
@@ -543,20 +559,14 @@ final class StoreState: @unchecked Sendable {
         try connection.query(sql, keyValues(table, keyRow))
     }
 
-    /// Before a row's first pending write, keeps the server's version of it as its shadow
+    /// Before a row's first pending write (the caller checks), keeps the server's version of it as its shadow
     /// (what a rejected write reverts to). No shadow means the server has no such row (the
     /// common case, a new row): one read, which finds nothing.
     func captureShadow(_ table: TableSchema, key: String, keyRow: FerryRow) throws {
-        let sql = statement(StatementShape(kind: .shadow, table: table.name)) {
-            "select \(columnList(table)) from \(table.name.quotedIdentifier) where \(keyCondition(table)) "
-                + "and not exists (select 1 from _ferry_outbox where table_name = ?\(table.key.count + 1) "
-                + "and row_key = ?\(table.key.count + 2))"
-        }
-        guard let current = try connection.query(sql, keyValues(table, keyRow) + [.text(table.name), .text(key)]).first
-        else { return }
+        guard let current = try row(in: table, keyRow: keyRow) else { return }
         try connection.query(
             "insert or replace into _ferry_shadow (table_name, row_key, row) values (?1, ?2, ?3)",
-            [.text(table.name), .text(key), .text(JSONValue.object(row(table, current)).jsonText)])
+            [.text(table.name), .text(key), .text(JSONValue.object(current).jsonText)])
     }
 
     /// Writes a whole row as pull sent it (columns it lacks become NULL).
@@ -616,13 +626,42 @@ final class StoreState: @unchecked Sendable {
         }
     }
 
-    func pendingCount(table: String, key: String) throws -> Int {
-        guard
-            case .integer(let count)? = try connection.query(
-                "select count(*) from _ferry_outbox where table_name = ?1 and row_key = ?2", [.text(table), .text(key)]
-            ).first?.first
-        else { return 0 }
-        return Int(count)
+    /// The rows with pending writes, and how many each has.
+    func pendingKeys() throws -> [RowKey: Int] {
+        if let pending { return pending }
+        var counts: [RowKey: Int] = [:]
+        for row in try connection.query("select table_name, row_key from _ferry_outbox") {
+            if case .text(let table) = row[0], case .text(let key) = row[1] {
+                counts[RowKey(table: table, key: key), default: 0] += 1
+            }
+        }
+        pending = counts
+        pendingVersion = try dataVersion()
+        return counts
+    }
+
+    func pendingCount(_ key: RowKey) throws -> Int { try pendingKeys()[key] ?? 0 }
+
+    /// Counts `change` more (or fewer) mutations of `key` in the outbox, in step with the
+    /// statement that just added (or removed) them.
+    func notePending(_ key: RowKey, _ change: Int) {
+        guard pending != nil else { return }
+        let count = (pending?[key] ?? 0) + change
+        pending?[key] = count > 0 ? count : nil
+    }
+
+    /// At the start of a transaction: the counts go when another connection wrote the file since.
+    func forgetPendingIfChangedElsewhere() throws {
+        if pending != nil, try dataVersion() != pendingVersion { pending = nil }
+    }
+
+    /// After a rollback, the counts may describe writes that did not happen.
+    func forgetPending() { pending = nil }
+
+    /// Changes when another connection commits to the file (never for this one's own commits).
+    private func dataVersion() throws -> Int64 {
+        guard case .integer(let version)? = try connection.query("pragma data_version").first?.first else { return 0 }
+        return version
     }
 
     func outboxKey(_ id: Int64) throws -> RowKey? {
@@ -635,15 +674,18 @@ final class StoreState: @unchecked Sendable {
         return RowKey(table: table, key: key)
     }
 
-    func allPending(table: String? = nil, key: String? = nil) throws -> [PendingMutation] {
-        let rows: [[SQLValue]]
-        if let table, let key {
-            rows = try connection.query(
-                "select id, table_name, op, body, row_key from _ferry_outbox where table_name = ?1 and row_key = ?2 "
-                    + "order by id", [.text(table), .text(key)])
-        } else {
-            rows = try connection.query("select id, table_name, op, body, row_key from _ferry_outbox order by id")
+    /// The pending mutations of `keys`, oldest first, from one pass over the outbox.
+    func pendingMutations(of keys: Set<RowKey>) throws -> [RowKey: [PendingMutation]] {
+        var found: [RowKey: [PendingMutation]] = [:]
+        for mutation in try allPending() {
+            let key = RowKey(table: mutation.table, key: mutation.key)
+            if keys.contains(key) { found[key, default: []].append(mutation) }
         }
+        return found
+    }
+
+    func allPending() throws -> [PendingMutation] {
+        let rows = try connection.query("select id, table_name, op, body, row_key from _ferry_outbox order by id")
         return rows.compactMap { row in
             guard case .integer(let id) = row[0], case .text(let table) = row[1], case .text(let op) = row[2],
                 case .text(let body) = row[3], case .text(let key) = row[4]
@@ -656,8 +698,8 @@ final class StoreState: @unchecked Sendable {
 
     /// Re-applies the pending mutations of one row, oldest first. One that the local
     /// table refuses (a local constraint) is skipped and stays pending: the server decides.
-    func replay(_ table: TableSchema, key: String, owner: String) throws {
-        for mutation in try allPending(table: table.name, key: key) {
+    func replay(_ mutations: [PendingMutation], in table: TableSchema, owner: String) {
+        for mutation in mutations {
             _ = try? applyLocally(mutation.op, mutation.body, in: table, owner: owner)
         }
     }
@@ -681,7 +723,7 @@ final class StoreState: @unchecked Sendable {
     }
 
     func dropShadowIfSettled(_ key: RowKey) throws {
-        if try pendingCount(table: key.table, key: key.key) == 0 {
+        if try pendingCount(key) == 0 {
             try connection.query(
                 "delete from _ferry_shadow where table_name = ?1 and row_key = ?2", [.text(key.table), .text(key.key)])
         }
