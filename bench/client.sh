@@ -8,9 +8,13 @@
 #   first load  LocalStore.merge of a real first load (ROWS rows of tasks, the pull
 #               answers captured once) against a bare bulk INSERT of the same rows in one
 #               transaction: goal >= 0.5 x; also reported with the answers' JSON parsed
-#   cue -> store  not measured until the cue stream lands (printed as such)
+#   cue -> store  a second device of the same user (signed in with FerryClient, holding its
+#               cue stream) against a bare `GET /v1/pull`: the first device pushes a row
+#               (a bare `POST /v1/push`); from the push's answer to the second device's
+#               store holding the row (its observer fired), beside one bare pull round trip
+#               of the same change in the same round; CUES rounds, p50: goal at most 5 ms more
 #
-# Usage: bench/client.sh   (env: ROUNDS=5 ENQUEUES=2000 ROWS=10000)
+# Usage: bench/client.sh   (env: ROUNDS=5 ENQUEUES=2000 ROWS=10000 CUES=40)
 # Medians of ROUNDS interleaved rounds. The users it signs up stay in the database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +23,7 @@ source bench/lib.bash
 ROUNDS=${ROUNDS:-5}
 ENQUEUES=${ENQUEUES:-2000}
 ROWS=${ROWS:-10000}
+CUES=${CUES:-40}
 LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-8}
 
@@ -37,8 +42,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-export FERRY_PUSH_BYTES_PER_SECOND=1073741824
+export FERRY_PUSH_BYTES_PER_SECOND=1073741824 FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000
 choose_gateway_address
 start_gateways 1 127.0.0.1
 
-${BENCH_WRAPPER:-} "$BIN/ferry-client-bench" --server "$base" --rounds "$ROUNDS" --enqueues "$ENQUEUES" --rows "$ROWS" --dir "$tmp"
+${BENCH_WRAPPER:-} "$BIN/ferry-client-bench" --server "$base" --rounds "$ROUNDS" --enqueues "$ENQUEUES" --rows "$ROWS" --cues "$CUES" --dir "$tmp"

@@ -9,12 +9,18 @@
 //               GET /v1/pull answered them) into an empty store, against a bare bulk
 //               INSERT of the same rows in one transaction: rows/s, goal >= 0.5. Reported
 //               with and without parsing the answers' JSON (the bare insert parses none).
+//   cue -> store  a second device of the same user holds FerryClient's cue stream; the first
+//               pushes a row (a bare POST /v1/push): from the push's answer to the second
+//               device's store holding the row (its observer fired), against one bare
+//               GET /v1/pull round trip for the same change, in the same round: p50, goal
+//               at most 5 ms more.
 //
 // Rounds are interleaved (FerryClient, bare, FerryClient, ...) and the medians compared.
 
 import CSQLite
 import FerryClient
 import Foundation
+import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -30,6 +36,7 @@ let server = URL(string: argument("--server", "http://127.0.0.1:8080"))!
 let rounds = Int(argument("--rounds", "5"))!
 let enqueues = Int(argument("--enqueues", "2000"))!
 let loadRows = Int(argument("--rows", "10000"))!
+let cueRounds = Int(argument("--cues", "40"))!
 let scratch = URL(fileURLWithPath: argument("--dir", NSTemporaryDirectory()))
     .appendingPathComponent("ferry-client-bench-\(UUID().uuidString)")
 try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
@@ -217,5 +224,111 @@ print(String(format: "parse_and_merge_rows_per_second %.0f", median(parseMergeRa
 print(String(format: "bare_bulk_insert_rows_per_second %.0f", median(bulkRates)))
 print(String(format: "first_load_ratio %.2f (goal >= 0.50) %@", loadRatio, loadRatio >= 0.5 ? "PASS" : "FAIL"))
 print(String(format: "first_load_ratio_with_parse %.2f", median(parseMergeRates) / median(bulkRates)))
-print("cue_to_store_p50 not measured: FerryClient's cue stream (CueStream) has not landed in this build")
+
+// MARK: - cue -> store updated
+
+// The writer links an email, so a second device (the reader) can sign in as the same user.
+let password = "correct horse battery staple"
+try await writer.link(email: "bench-\(UUID().uuidString.prefix(12))@example.com", password: password)
+var readerConfiguration = FerryClient.Configuration()
+readerConfiguration.log = { _ in }
+let reader = try await FerryClient(
+    server: server, stateDirectory: scratch.appendingPathComponent("reader"), configuration: readerConfiguration)
+try await reader.signIn(email: writer.user!.email!, password: password)
+precondition(reader.user?.id == userID, "the reader is not the writer's user")
+let streamDeadline = now() + 30
+while !reader.status.connected && now() < streamDeadline { try await Task.sleep(for: .milliseconds(10)) }
+precondition(reader.status.connected, "the reader's cue stream did not open within 30 s")
+try await Task.sleep(for: .milliseconds(500))  // the pull that follows the stream's opening
+
+let writerToken = try JSONValue(json: Data(contentsOf: scratch.appendingPathComponent("writer/session.json")))[
+    "accessToken"]!.stringValue!
+
+func gateway(_ method: String, _ path: String, query: [URLQueryItem] = [], body: JSONValue? = nil) async throws -> Data
+{
+    var components = URLComponents(url: server.appendingPathComponent(path), resolvingAgainstBaseURL: false)!
+    if !query.isEmpty { components.queryItems = query }
+    var request = URLRequest(url: components.url!)
+    request.httpMethod = method
+    request.setValue("Bearer \(writerToken)", forHTTPHeaderField: "Authorization")
+    if let body {
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(body.jsonText.utf8)
+    }
+    let (data, response) = try await URLSession.shared.data(for: request)
+    precondition(
+        (response as? HTTPURLResponse)?.statusCode == 200, "\(method) \(path): \(String(decoding: data, as: UTF8.self))"
+    )
+    return data
+}
+
+/// The cursor at the end of what the user's rows have now.
+func currentCursor() async throws -> String {
+    var cursor: String?
+    while true {
+        let page = try JSONValue(
+            json: try await gateway(
+                "GET", "v1/pull",
+                query: [URLQueryItem(name: "limit", value: "1000")]
+                    + (cursor.map { [URLQueryItem(name: "cursor", value: $0)] } ?? [])))
+        cursor = page["cursor"]?.stringValue
+        if page["has_more"] != .bool(true) { return cursor! }
+    }
+}
+
+var cueLatencies: [Double] = []
+var pullLatencies: [Double] = []
+var missed = 0
+var cursor = try await currentCursor()
+for round in 0...cueRounds {
+    let id = "cue-\(round)-\(UUID().uuidString.prefix(8))"
+    let seen = Mutex<Double?>(nil)
+    let changes = reader.changes(to: ["tasks"])
+    let watcher = Task {
+        for await _ in changes {
+            if let rows = try? reader.rows(in: "tasks", where: "id = ?1", [.text(id)]), !rows.isEmpty {
+                seen.withLock { $0 = now() }
+                return
+            }
+        }
+    }
+    let mutation: JSONValue = [
+        "id": .integer(Int64(1_000_000 + round)), "table": "tasks", "op": "upsert",
+        "row": ["id": .string(id), "parent_id": "root", "title": .string("cue \(round)")],
+    ]
+    _ = try await gateway("POST", "v1/push", body: ["mutations": [mutation]])
+    let pushed = now()
+    let deadline = pushed + 10
+    while seen.withLock({ $0 }) == nil && now() < deadline { try await Task.sleep(for: .milliseconds(1)) }
+    watcher.cancel()
+    let stored = seen.withLock { $0 }
+
+    // The same change through one bare pull, from the cursor before it.
+    let pullStarted = now()
+    let answer = try JSONValue(
+        json: try await gateway(
+            "GET", "v1/pull",
+            query: [URLQueryItem(name: "limit", value: "1000"), URLQueryItem(name: "cursor", value: cursor)]))
+    let pulled = now()
+    precondition(
+        answer["changes"]?["tasks"]?["upserts"]?.arrayValue?.contains { $0["id"] == .string(id) } == true,
+        "the bare pull did not bring the pushed row")
+    cursor = answer["cursor"]!.stringValue!
+    // Round 0 warms both paths up.
+    if round > 0 {
+        if let stored { cueLatencies.append((stored - pushed) * 1000) } else { missed += 1 }
+        pullLatencies.append((pulled - pullStarted) * 1000)
+    }
+    try await Task.sleep(for: .milliseconds(50))
+}
+let cueP50 = cueLatencies.isEmpty ? .infinity : median(cueLatencies)
+let pullP50 = median(pullLatencies)
+print("cue_rounds \(cueRounds) missed \(missed)")
+print(String(format: "cue_to_store_p50_ms %.2f", cueP50))
+print(String(format: "bare_pull_round_trip_p50_ms %.2f", pullP50))
+print(
+    String(
+        format: "cue_to_store_over_pull_ms %.2f (goal <= 5.00) %@", cueP50 - pullP50,
+        cueP50 - pullP50 <= 5 && missed == 0 ? "PASS" : "FAIL"))
+await reader.close()
 await writer.close()
