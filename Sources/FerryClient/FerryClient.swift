@@ -301,8 +301,8 @@ public final class FerryClient: Sendable {
     // MARK: - The cue stream
 
     /// Opens the cue stream (a no-op while it runs): after every (re)connect the client
-    /// pushes and pulls; a cue pulls (its own device's echo skipped), debounced, and a cue
-    /// during a pull folds into one more; a stream the server ended signs out locally.
+    /// pushes and pulls; a cue pulls at once (its own device's echo skipped), and cues
+    /// during a pull fold into one more; a stream the server ended signs out locally.
     private func startStream() async {
         guard configuration.holdsCueStream, cues.withLock({ $0 == nil }), let deviceID = user?.deviceID else { return }
         let account = self.account
@@ -322,7 +322,9 @@ public final class FerryClient: Sendable {
                     await engine.reconnected()
                 case .cue(let tables, let origin):
                     if origin == deviceID && !tables.isEmpty { continue }
-                    await engine.request(push: false, pull: true, debounce: true)
+                    // At once, not after a debounce: a wait here is added to every change's way to
+                    // the screen. Cues during the pull fold into one follow-up pull.
+                    await engine.request(push: false, pull: true)
                 case .disconnected:
                     status.update { $0.connected = false }
                 case .sessionEnded(let code):
