@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryTestSupport
 import Foundation
 import Synchronization
@@ -40,6 +41,65 @@ func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true, st
             // The pass that pushed also pulls; its end clears the error.
             try await eventually("the pass's end clearing the error", seconds: 30) { ferry.status.lastError == nil }
             await ferry.close()
+        }
+    }
+
+    /// A client whose access token ends mid-stream keeps its cue stream: warned by the
+    /// gateway, the stream renews itself with a token from the client's refresh, and a
+    /// change another device pushes after the first token's end still arrives. The first
+    /// token (minted with the test secret) has 80 s, more than the minute the client
+    /// refreshes before; the gateway warns 60 s before a token's end and allows no leeway.
+    @Test func aTokenEndingMidStreamIsRenewedAndChangesStillArrive() async throws {
+        try await DemoGateway.with(environment: ["FERRY_STREAM_TOKEN_WARNING": "60", "FERRY_TOKEN_LEEWAY": "0"]) {
+            gateway in
+            let password = "correct horse"
+            let email = "ana-\(UUID().uuidString.prefix(8))@example.com"
+            let phoneFolder = gateway.device("phone")
+            let first = try await client(gateway, phoneFolder, automatic: false)
+            try await first.link(email: email, password: password)
+            await first.close()
+            let tablet = try await client(gateway, gateway.device("tablet"), automatic: false)
+            try await tablet.signIn(email: email, password: password)
+
+            let sessions = FileSessionStore(path: phoneFolder + "/session.json")
+            guard case .present(var session) = sessions.load() else {
+                Issue.record("the phone has no session")
+                return
+            }
+            let signer = AccessTokenSigner(secret: clientTestSecret)
+            let now = Int(Date().timeIntervalSince1970)
+            var claims = signer.claims(
+                userID: try #require(UUID(uuidString: session.userID)),
+                sessionID: try #require(UUID(uuidString: session.sessionID)), deviceID: session.deviceID,
+                isAnonymous: false, now: now - 10)
+            claims.expiresAt = now + 80
+            let shortToken = signer.sign(claims)
+            session.accessToken = shortToken
+            session.issuedAt = Date(timeIntervalSince1970: TimeInterval(now - 10))
+            session.expiresAt = Date(timeIntervalSince1970: TimeInterval(claims.expiresAt))
+            try sessions.save(session)
+
+            let phone = try await client(gateway, phoneFolder)
+            let statuses = Shared<[Bool]>([])
+            let updates = phone.statusUpdates()
+            let watching = Task { for await status in updates { statuses.withLock { $0.append(status.connected) } } }
+            try await eventually("the phone's stream connected", seconds: 30) { phone.status.connected }
+
+            // Past the first token's end (measured from its exp, not from the test's start).
+            let end = Date(timeIntervalSince1970: TimeInterval(claims.expiresAt))
+            try await Task.sleep(for: .seconds(max(0, end.timeIntervalSinceNow) + 3))
+            #expect(try await phone.account.accessToken() != shortToken, "the client refreshed the token")
+            try tablet.enqueue(.upsert, into: "tasks", ["id": "after-the-first-token", "title": "late"])
+            try await tablet.sync()
+            try await eventually("the change after the first token's end on the phone", seconds: 30) {
+                try !phone.rows(in: "tasks", where: "id = ?1", [.text("after-the-first-token")]).isEmpty
+            }
+            let seen = statuses.withLock { $0 }
+            let connectedAt = try #require(seen.firstIndex(of: true))
+            #expect(!seen[connectedAt...].contains(false), "the stream never dropped: \(seen)")
+            watching.cancel()
+            await phone.close()
+            await tablet.close()
         }
     }
 
