@@ -1,4 +1,3 @@
-import FerryAuth
 import FerryTestSupport
 import Foundation
 import Synchronization
@@ -66,17 +65,13 @@ func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true, st
                 Issue.record("the phone has no session")
                 return
             }
-            let signer = AccessTokenSigner(secret: clientTestSecret)
             let now = Int(Date().timeIntervalSince1970)
-            var claims = signer.claims(
-                userID: try #require(UUID(uuidString: session.userID)),
-                sessionID: try #require(UUID(uuidString: session.sessionID)), deviceID: session.deviceID,
-                isAnonymous: false, now: now - 10)
-            claims.expiresAt = now + 80
-            let shortToken = signer.sign(claims)
+            let shortToken = try signedAccessToken(
+                secret: clientTestSecret, userID: session.userID, sessionID: session.sessionID,
+                deviceID: session.deviceID, isAnonymous: false, now: now, expiresAt: now + 80)
             session.accessToken = shortToken
             session.issuedAt = Date(timeIntervalSince1970: TimeInterval(now - 10))
-            session.expiresAt = Date(timeIntervalSince1970: TimeInterval(claims.expiresAt))
+            session.expiresAt = Date(timeIntervalSince1970: TimeInterval(now + 80))
             try sessions.save(session)
 
             let phone = try await client(gateway, phoneFolder)
@@ -86,8 +81,7 @@ func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true, st
             try await eventually("the phone's stream connected", seconds: 30) { phone.status.connected }
 
             // Past the first token's end (measured from its exp, not from the test's start).
-            let end = Date(timeIntervalSince1970: TimeInterval(claims.expiresAt))
-            try await Task.sleep(for: .seconds(max(0, end.timeIntervalSinceNow) + 3))
+            try await Task.sleep(for: .seconds(max(0, session.expiresAt.timeIntervalSinceNow) + 3))
             #expect(try await phone.account.accessToken() != shortToken, "the client refreshed the token")
             try tablet.enqueue(.upsert, into: "tasks", ["id": "after-the-first-token", "title": "late"])
             try await tablet.sync()

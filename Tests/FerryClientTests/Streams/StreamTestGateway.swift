@@ -129,14 +129,10 @@ actor StreamTestGateway {
 
     /// A token for `session` signed with the gateways' secret that ends `seconds` from now.
     nonisolated func token(for session: StreamTestSession, endingIn seconds: Int) throws -> String {
-        let signer = AccessTokenSigner(secret: streamTestSecret)
         let now = Int(Date().timeIntervalSince1970)
-        var claims = signer.claims(
-            userID: try #require(UUID(uuidString: session.userID)),
-            sessionID: try #require(UUID(uuidString: session.sessionID)), deviceID: session.deviceID,
-            isAnonymous: true, now: now - 10)
-        claims.expiresAt = now + seconds
-        return signer.sign(claims)
+        return try signedAccessToken(
+            secret: streamTestSecret, userID: session.userID, sessionID: session.sessionID,
+            deviceID: session.deviceID, isAnonymous: true, now: now, expiresAt: now + seconds)
     }
 
     /// The streams the gateway holds open, from `/metrics`.
