@@ -135,11 +135,17 @@ actor Account {
     }
 
     /// When the session should be refreshed: a tenth of its lifetime (at least a minute)
-    /// before it expires.
+    /// before it expires, but never before half of it has passed, so a gateway that issues
+    /// short tokens (its minimum is a minute) is not asked for a refresh the moment one
+    /// arrives, again and again.
     var refreshDue: Date? {
-        guard let session else { return nil }
-        let lifetime = max(session.expiresAt.timeIntervalSince(session.issuedAt), 0)
-        return session.expiresAt.addingTimeInterval(-max(60, lifetime / 10))
+        session.map { Self.refreshDue(issuedAt: $0.issuedAt, expiresAt: $0.expiresAt) }
+    }
+
+    /// ``refreshDue`` of a token issued at `issuedAt` that expires at `expiresAt`.
+    static func refreshDue(issuedAt: Date, expiresAt: Date) -> Date {
+        let lifetime = max(expiresAt.timeIntervalSince(issuedAt), 0)
+        return expiresAt.addingTimeInterval(-min(max(60, lifetime / 10), lifetime / 2))
     }
 
     /// Refreshes `stale` (one refresh at a time in the process).
