@@ -1,5 +1,5 @@
-import Foundation
 import FerryTestSupport
+import Foundation
 import Testing
 
 @testable import FerryClient

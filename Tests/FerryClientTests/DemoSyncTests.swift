@@ -73,6 +73,35 @@ func shownIDs(_ json: String, column: String = "id") throws -> [String] {
         }
     }
 
+    /// `enqueue` killed at any instant writes its row and its mutation together or not at
+    /// all: after a sync the server holds exactly the rows the device shows, each applied
+    /// once (the device's last mutation id is their count).
+    @Test func killingEnqueueAtAnyInstantLeavesRowAndMutationTogether() async throws {
+        try await DemoGateway.with { gateway in
+            let device = gateway.device("phone")
+            let user = try #require(try await gateway.status(device)["user_id"] as? String)
+            for index in 0..<12 {
+                let (enqueue, _, _) = try gateway.startDemo(
+                    device,
+                    [
+                        "enqueue", "game_records", "insert",
+                        #"{"id": "k-\#(index)", "puzzle_id": "p-1", "seconds": \#(index), "finished_at": "2026-05-01T09:30:00Z"}"#,
+                    ])
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...120)))
+                enqueue.send(SIGKILL)
+                _ = enqueue.wait()
+            }
+            let shown = try shownIDs(try await gateway.show(device, "game_records"))
+            let sync = try await gateway.demo(device, "sync")
+            #expect(sync.status == 0, "\(sync.errors)")
+            #expect(try await serverIDs(gateway, "game_records", of: user) == shown)
+            let lastMutation = try await gateway.rows(
+                "select coalesce((select last_mutation_id from ferry.devices where user_id = $1), 0)::text", [user])
+            #expect(lastMutation == [["\(shown.count)"]], "shown: \(shown)")
+            #expect(try shownIDs(try await gateway.show(device, "game_records")) == shown)
+        }
+    }
+
     /// `watch` holds the cue stream: it pulls once the stream opens, and again when the
     /// other device's push cues it, printing a line per pull.
     @Test func watchPullsWhenAnotherDevicePushes() async throws {
