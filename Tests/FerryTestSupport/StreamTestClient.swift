@@ -61,9 +61,11 @@ public final class StreamTestClient: @unchecked Sendable {
     private var frames = WebSocketClientDecoder()
 
     /// Opens a stream; throws ``HTTPTestClientError`` with the status and body when the
-    /// server refuses (no 101 / 200).
+    /// server refuses (no 101 / 200). Each read waits up to `timeout` seconds: long, since a
+    /// loaded machine running the whole suite delays cues by seconds, and a test that
+    /// passes never waits it out.
     public init(
-        port: Int, transport: Transport, token: String?, tokenInQuery: Bool = false, timeout: Double = 5,
+        port: Int, transport: Transport, token: String?, tokenInQuery: Bool = false, timeout: Double = 15,
         receiveBufferBytes: Int32? = nil
     ) throws {
         socket = try HTTPTestClient(port: port, timeout: timeout, receiveBufferBytes: receiveBufferBytes)

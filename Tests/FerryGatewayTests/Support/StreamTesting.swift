@@ -8,7 +8,7 @@ extension AccountsGateway {
     /// Opens a stream with `session`'s token (or `token`).
     func openStream(
         _ session: TestSession, _ transport: StreamTestClient.Transport, token: String? = nil,
-        tokenInQuery: Bool = false, receiveBufferBytes: Int32? = nil, timeout: Double = 5
+        tokenInQuery: Bool = false, receiveBufferBytes: Int32? = nil, timeout: Double = 15
     ) async throws -> StreamTestClient {
         let port = port
         return try await offload {
