@@ -6,16 +6,18 @@ import Testing
 @testable import FerryClient
 
 /// A client in this process on `device` of `gateway`, syncing in the background with short backoffs.
-func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true, stream: Bool = true) async throws
-    -> FerryClient
-{
+/// Its log lines go to `log` when given.
+func client(
+    _ gateway: DemoGateway, _ device: String, automatic: Bool = true, stream: Bool = true,
+    log: (@Sendable (String) -> Void)? = nil
+) async throws -> FerryClient {
     var configuration = FerryClient.Configuration()
     configuration.syncsAutomatically = automatic
     configuration.holdsCueStream = stream
     configuration.retryBase = 0.05
     configuration.retryCap = 0.5
     configuration.requestTimeout = 10
-    configuration.log = { _ in }
+    configuration.log = log ?? { _ in }
     return try await FerryClient(
         server: URL(string: gateway.url)!, stateDirectory: URL(fileURLWithPath: device), configuration: configuration)
 }
@@ -27,15 +29,19 @@ func client(_ gateway: DemoGateway, _ device: String, automatic: Bool = true, st
     /// cue stream either, whose reopening would be a trigger).
     @Test func aFailedDrainIsRetriedWithoutAnotherTrigger() async throws {
         try await DemoGateway.with { gateway in
-            let ferry = try await client(gateway, gateway.device("phone"), stream: false)
+            // The client's log, so that a failure says what the drain did.
+            let lines = Mutex<[String]>([])
+            let ferry = try await client(gateway, gateway.device("phone"), stream: false) { line in
+                lines.withLock { $0.append(line) }
+            }
             let user = try #require(ferry.user?.id)
             gateway.stop()
             try ferry.enqueue(.upsert, into: "tasks", ["id": "t-1", "title": "offline"])
             try await eventually("the push failing", seconds: 20) { ferry.status.lastError != nil }
             try await gateway.start()
-            try await eventually("the outbox drained by the retry timer", seconds: 30) {
-                ferry.status.pendingMutations == 0
-            }
+            let drained = try await eventuallyHolds(seconds: 60) { ferry.status.pendingMutations == 0 }
+            let log = lines.withLock { $0.suffix(40).joined(separator: "\n") }
+            #expect(drained, "the outbox not drained by the retry timer; the client's log:\n\(log)")
             #expect(try await serverIDs(gateway, "tasks", of: user) == ["t-1"])
             // The pass that pushed also pulls; its end clears the error.
             try await eventually("the pass's end clearing the error", seconds: 30) { ferry.status.lastError == nil }

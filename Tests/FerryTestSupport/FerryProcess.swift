@@ -72,11 +72,13 @@ public func runFerry(_ arguments: [String], databaseURL: String?, environment: [
         errors: try String(contentsOf: errorFile, encoding: .utf8))
 }
 
-/// Runs blocking work (sockets, child processes) off Swift's cooperative threads, which
-/// parallel tests share: a test blocked in `recv` must not stall the others.
+/// Runs blocking work (sockets, child processes) on a thread of its own, off Swift's
+/// cooperative threads, which parallel tests share: a test blocked in `recv` must not
+/// stall the others. Not on Dispatch's global queue either: URLSession's callbacks run
+/// there, and the whole suite's blocked reads starved a FerryClient test's requests.
 public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+        Thread { continuation.resume(with: Result { try work() }) }.start()
     }
 }
 
