@@ -141,38 +141,50 @@ struct GatewayAPI: Sendable {
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
             request.httpBody = Data(body.jsonText.utf8)
         }
+        // The answer, or the deadline, whichever comes first; the deadline cancels the
+        // URLSession task and does not wait for it to end. (A task group would: on Linux a
+        // data task can outlive its cancellation, and the pass waiting on it would wedge.)
+        let outcome = LockedValue<(task: URLSessionDataTask?, resume: CheckedContinuation<GatewayAnswer, any Error>?)>(
+            (nil, nil))
+        let finish: @Sendable (Result<GatewayAnswer, FerryError>) -> Void = { result in
+            let (task, resume) = outcome.withLock { state in
+                defer { state = (nil, nil) }
+                return state
+            }
+            task?.cancel()
+            resume?.resume(with: result.mapError { $0 })
+        }
         let session = self.session
         let timeout = self.timeout
         let sendable = request
-        let result = await withTaskGroup(of: Result<GatewayAnswer, FerryError>?.self) { group in
-            group.addTask {
-                do {
-                    let (data, response) = try await session.data(for: sendable)
-                    guard let http = response as? HTTPURLResponse else {
-                        return .failure(.unreachable("no HTTP answer"))
-                    }
-                    let body = data.isEmpty ? nil : try? JSONValue(json: data)
-                    let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap { Double($0) }
-                    return .success(GatewayAnswer(status: http.statusCode, body: body, retryAfter: retryAfter))
-                } catch {
-                    return .failure(.unreachable(error is CancellationError ? "cancelled" : error.localizedDescription))
-                }
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(timeout))
-                return Task.isCancelled ? nil : .failure(.unreachable("no answer within \(Int(timeout)) s"))
-            }
-            var first: Result<GatewayAnswer, FerryError> = .failure(.unreachable("cancelled"))
-            for await outcome in group {
-                if let outcome {
-                    first = outcome
-                    break
-                }
-            }
-            group.cancelAll()
-            return first
+        let deadline = Task {
+            try? await Task.sleep(for: .seconds(timeout))
+            if !Task.isCancelled { finish(.failure(.unreachable("no answer within \(Int(timeout)) s"))) }
         }
-        return try result.get()
+        defer { deadline.cancel() }
+        let answer: GatewayAnswer
+        do {
+            answer = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    let task = session.dataTask(with: sendable) { data, response, error in
+                        guard let http = response as? HTTPURLResponse, error == nil else {
+                            finish(.failure(.unreachable(error?.localizedDescription ?? "no HTTP answer")))
+                            return
+                        }
+                        let body = (data ?? Data()).isEmpty ? nil : try? JSONValue(json: data ?? Data())
+                        let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap { Double($0) }
+                        finish(.success(GatewayAnswer(status: http.statusCode, body: body, retryAfter: retryAfter)))
+                    }
+                    outcome.withLock { $0 = (task, continuation) }
+                    task.resume()
+                }
+            } onCancel: {
+                finish(.failure(.unreachable("cancelled")))
+            }
+        } catch {
+            throw (error as? FerryError) ?? .unreachable("\(error)")
+        }
+        return answer
     }
 
     /// `value` percent-encoded for a URL path segment or query value: everything but
