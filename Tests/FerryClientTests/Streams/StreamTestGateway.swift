@@ -68,7 +68,7 @@ actor StreamTestGateway {
             arguments: [
                 "--database-url", databaseURL, "--jwt-secret", streamTestSecret, "--listen", "127.0.0.1:\(port)",
                 // One loop of four connections: the suite's gateways share one PostgreSQL.
-                "--threads", "1", "--shutdown-timeout", "2", "--pool-size", "4",
+                "--threads", "1", "--shutdown-timeout", "2",
             ] + arguments, environment: [:])
         let gateway = try Gateway(
             configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))

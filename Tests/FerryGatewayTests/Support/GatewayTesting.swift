@@ -24,9 +24,7 @@ func withStartedGateway<T>(
         GatewayConfiguration.settings,
         arguments: [
             "--database-url", databaseURL, "--jwt-secret", testSecret, "--listen", "127.0.0.1:0", "--threads", "2",
-            // Four connections per loop, not eight: the suite's gateways share one PostgreSQL,
-            // whose 500 connection slots a loaded machine's overlapping tests otherwise fill.
-            "--shutdown-timeout", "2", "--pool-size", "4",
+            "--shutdown-timeout", "2",
         ] + arguments, environment: [:])
     let gateway = try Gateway(
         configuration: try GatewayConfiguration(values), logger: logger ?? Logger(format: .text, fileDescriptor: 2))
