@@ -371,16 +371,12 @@ begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
     end if;
-    select i.indkey::text,
-        pg_catalog.string_agg(pg_catalog.format('t.%I', a.attname), ', ' order by k.position),
-        pg_catalog.string_agg(pg_catalog.format('%L, t.%I', a.attname, a.attname), ', ' order by k.position),
-        pg_catalog.string_agg(pg_catalog.format('p.%I', a.attname), ', ' order by k.position)
+    select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
+        pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
+        pg_catalog.string_agg(pg_catalog.format('%L, t.%I', k.name, k.name), ', ' order by k.ordinal),
+        pg_catalog.string_agg(pg_catalog.format('p.%I', k.name), ', ' order by k.ordinal)
         into v_key_attnums, v_order, v_object, v_after
-        from pg_catalog.pg_index i
-        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-        where i.indrelid = p_table and i.indisprimary
-        group by i.indkey;
+        from ferry.primary_key(p_table) k;
 
     -- The query. %4$s and %6$s resume after the cursor's position inside this table;
     -- %5$s is the first load's filter (live rows) or the next pull's (not seen by since).
@@ -610,8 +606,7 @@ begin
                         E',\n                    ' order by a.attnum) as values_list,
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
-                            select from pg_catalog.pg_index i
-                            where i.indrelid = s.table_name and i.indisprimary and a.attnum = any (i.indkey::smallint[])))
+                            select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets
                 from pg_catalog.pg_attribute a
                 left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
@@ -669,7 +664,9 @@ begin
     v_blocks := '';
     for v_table in
         select c.relname, s.table_name as rel,
-            (select i.indkey::text from pg_catalog.pg_index i where i.indrelid = c.oid and i.indisprimary) as indkey
+            -- As int2vector prints pg_index.indkey, which the reader compares.
+            (select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal) from ferry.primary_key(c.oid) k)
+                as indkey
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         where (ferry.watermelon_schema(s.table_name) ->> 'served')::boolean
@@ -909,14 +906,14 @@ CREATE FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owner_colum
     SET search_path TO ''
     AS $$
 begin
-    select s.table_name, s.owner_column, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod),
+    select s.table_name, s.owner_column, k.name, pg_catalog.format_type(a.atttypid, a.atttypmod),
             coalesce((s.options ->> 'stale_seconds')::numeric, 30)
         into rel, owner_column, key_column, key_type, stale_seconds
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
-        join pg_catalog.pg_index i on i.indrelid = c.oid and i.indisprimary
-        join pg_catalog.pg_attribute a on a.attrelid = c.oid and a.attnum = any (i.indkey)
-        where s.strategy = 'device_lock' and c.relname = p_table and a.attname <> s.owner_column;
+        cross join lateral ferry.primary_key(c.oid) k
+        join pg_catalog.pg_attribute a on a.attrelid = c.oid and a.attnum = k.attnum
+        where s.strategy = 'device_lock' and c.relname = p_table and k.name <> s.owner_column;
     if ferry.uid() is null or ferry.device_id() is null then
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
@@ -937,17 +934,12 @@ declare
     key_match text;
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
-        if exists (
-            select from pg_catalog.pg_index i
-            join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
-            where i.indrelid = t.table_name and i.indisprimary and a.attname = t.owner_column
-        ) then
+        if exists (select from ferry.primary_key(t.table_name) k where k.name = t.owner_column) then
             -- The owner is part of the key: the other key columns (none: every pair matches).
-            select coalesce(pg_catalog.string_agg(pg_catalog.format('c.%1$I = a.%1$I', a.attname), ' and '), 'true')
+            select coalesce(pg_catalog.string_agg(pg_catalog.format('c.%1$I = a.%1$I', k.name), ' and '), 'true')
                 into key_match
-                from pg_catalog.pg_index i
-                join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
-                where i.indrelid = t.table_name and i.indisprimary and a.attname <> t.owner_column;
+                from ferry.primary_key(t.table_name) k
+                where k.name <> t.owner_column;
             execute pg_catalog.format(
                 'delete from %1$s c using %1$s a where c.%2$I = $1 and a.%2$I = $2 and %3$s',
                 t.table_name, t.owner_column, key_match) using p_to, p_from;
@@ -981,6 +973,21 @@ $$;
 
 
 --
+-- Name: primary_key(regclass); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.primary_key(p_table regclass) RETURNS TABLE(ordinal bigint, attnum smallint, name name, type_id oid)
+    LANGUAGE sql STABLE
+    AS $$
+    select k.position as ordinal, a.attnum, a.attname, a.atttypid
+    from pg_catalog.pg_index i
+    cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
+    join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+    where i.indrelid = p_table and i.indisprimary
+$$;
+
+
+--
 -- Name: primary_key_list(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -988,11 +995,8 @@ CREATE FUNCTION ferry.primary_key_list(p_table regclass) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO ''
     AS $$
-    select pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by k.position)
-    from pg_catalog.pg_index i
-    cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-    join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-    where i.indrelid = p_table and i.indisprimary;
+    select pg_catalog.string_agg(pg_catalog.format('%I', k.name), ', ' order by k.ordinal)
+    from ferry.primary_key(p_table) k;
 $$;
 
 
@@ -1012,7 +1016,7 @@ declare
     v_after_stamp xid8;
     v_after_key jsonb;
     v_remaining integer := p_limit;
-    v_changes jsonb := '{}';
+    v_changes jsonb := '{}'::jsonb;
     v_has_more boolean := false;
     v_position jsonb;
     v_table record;
@@ -1224,7 +1228,7 @@ declare
     v_list json;
     v_element json;
     v_position integer;
-    v_items jsonb[] := '{}';
+    v_items jsonb[] := '{}'::jsonb[];
     v_unstorable jsonb;
     v_field text;
     v_value json;
@@ -1339,13 +1343,13 @@ declare
     v_list jsonb;
     v_tables jsonb;
     v_last bigint;
-    v_results jsonb[] := '{}';
+    v_results jsonb[] := '{}'::jsonb[];
     v_m jsonb;
     v_position integer;
     v_id bigint;
     v_table jsonb;
     v_rel regclass;
-    v_strategy text;
+    v_rule jsonb;
     v_owner text;
     v_op text;
     v_row jsonb;
@@ -1365,7 +1369,7 @@ declare
     v_message text;
     v_wrote boolean;
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
-    v_cued text[] := '{}';
+    v_cued text[] := '{}'::text[];
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -1383,35 +1387,37 @@ begin
     v_last := ferry.lock_device();
 
     -- Everything push needs about the tables the batch names, in one catalog query:
-    -- strategy, owner, primary key, the columns a client may write, the key match.
+    -- strategy, owner, primary key, the columns a client may write, the key match, and
+    -- what each op does under the table's strategy (ferry.write_rule, strategies.sql).
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
-            'oid', c.oid::bigint, 'strategy', s.strategy, 'owner', s.owner_column,
+            'oid', c.oid::bigint, 'owner', s.owner_column,
             'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
-            'shape', ferry.upsert_shape(c.oid)))
+            'shape', ferry.upsert_shape(c.oid), 'rules', pg_catalog.jsonb_build_object(
+                'table', ferry.write_rule(s.strategy, null, c.relname),
+                'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
+                'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
+                'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
         into v_tables
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         cross join lateral (
-            select pg_catalog.jsonb_agg(a.attname order by p.position) as names,
-                pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by p.position) as list,
-                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', a.attname), ' and ' order by p.position)
+            select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
+                pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
+                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', p.name), ' and ' order by p.ordinal)
                     as match,
                 -- The JSON type pull sends each key column's values as (to_jsonb's rule, by
                 -- the base type): a key must come in that type, or the device's copy and the
                 -- server's would not match. Arrays, composites and jsonb keys are not checked.
                 -- A domain counts as its base type (one level) and shares its category.
-                pg_catalog.jsonb_object_agg(a.attname, case
+                pg_catalog.jsonb_object_agg(p.name, case
                     when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
                     else 'string' end) filter (where y.typcategory not in ('A', 'C') and y.base not in (114, 3802))
                     as types
-            from pg_catalog.pg_index i
-            cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as p(attnum, position)
-            join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = p.attnum
+            from ferry.primary_key(c.oid) p
             cross join lateral (
                 select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
-                from pg_catalog.pg_type t where t.oid = a.atttypid
+                from pg_catalog.pg_type t where t.oid = p.type_id
             ) y
-            where i.indrelid = c.oid and i.indisprimary
         ) k
         cross join lateral (
             select pg_catalog.jsonb_object_agg(a.attname, true) as names
@@ -1452,12 +1458,12 @@ begin
                 exit mutation;
             end if;
             v_rel := (v_table ->> 'oid')::oid::regclass;
-            v_strategy := v_table ->> 'strategy';
             v_owner := v_table ->> 'owner';
             v_op := v_m ->> 'op';
-            if v_strategy in ('readonly', 'shared') then
-                v_code := 'read_only';
-                v_message := pg_catalog.format('%s is read-only for clients', v_m ->> 'table');
+            v_rule := v_table -> 'rules' -> 'table';
+            if v_rule ? 'refused' then
+                v_code := v_rule ->> 'refused';
+                v_message := v_rule ->> 'message';
                 exit mutation;
             end if;
             if v_op is null or v_op not in ('insert', 'upsert', 'delete') then
@@ -1465,14 +1471,13 @@ begin
                 v_message := pg_catalog.format('op must be insert, upsert or delete, not %s', coalesce((v_m -> 'op')::text, 'missing'));
                 exit mutation;
             end if;
-            if v_strategy in ('insert_only', 'set') and v_op = 'upsert' then
-                v_op := 'insert';
-            end if;
-            if v_strategy = 'insert_only' and v_op = 'delete' then
-                v_code := 'immutable';
-                v_message := pg_catalog.format('rows of %s are never deleted', v_m ->> 'table');
+            v_rule := v_table -> 'rules' -> v_op;
+            if v_rule ? 'refused' then
+                v_code := v_rule ->> 'refused';
+                v_message := v_rule ->> 'message';
                 exit mutation;
             end if;
+            v_op := v_rule ->> 'op';
 
             v_row := v_m -> case when v_op = 'delete' then 'key' else 'row' end;
             if v_row is null or pg_catalog.jsonb_typeof(v_row) <> 'object' then
@@ -1535,11 +1540,11 @@ begin
                 perform pg_catalog.set_config('ferry.skip_cues', v_m ->> 'table', true);
             end if;
 
-            -- lww upsert, the common write: one statement. (A key owned by another user is
-            -- invisible, so it conflicts under RLS: forbidden.) The table's static upsert
-            -- when its shape is the one the upsert was written for, else the same
-            -- statement built for the given columns.
-            if v_op = 'upsert' and v_strategy = 'lww' then
+            -- An overwrite no lock guards (lww's upsert), the common write: one statement.
+            -- (A key owned by another user is invisible, so it conflicts under RLS:
+            -- forbidden.) The table's static upsert when its shape is the one the upsert
+            -- was written for, else the same statement built for the given columns.
+            if v_rule ->> 'live' = 'overwrite' and not (v_rule ->> 'held')::boolean then
                 if ferry.upsert_row(v_m ->> 'table', v_table ->> 'shape', v_row) then
                     v_wrote := true;
                     exit mutation;
@@ -1563,8 +1568,9 @@ begin
             v_found := null;
             execute pg_catalog.format(
                 'select true, t._deleted, %s, %s from %s t, pg_catalog.jsonb_populate_record(null::%s, $1) p where %s for update of t',
-                case when v_strategy = 'device_lock' then 't._lock_device' else 'null::text' end,
-                case when v_op = 'insert' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)' else 'null::jsonb, null::jsonb' end,
+                case when (v_rule ->> 'held')::boolean then 't._lock_device' else 'null::text' end,
+                case when v_rule ->> 'live' = 'same_or_immutable' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)'
+                    else 'null::jsonb, null::jsonb' end,
                 v_rel, v_rel, v_table ->> 'match')
                 into v_found, v_deleted, v_holder, v_stored, v_typed using v_row;
             if v_stored is not null then
@@ -1595,13 +1601,13 @@ begin
                     'insert into %s (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)',
                     v_rel, v_list_sql, v_list_sql, v_rel) using v_row;
                 v_wrote := true;
-            elsif v_op = 'insert' and not v_deleted and (v_same or v_strategy = 'set') then
+            elsif not v_deleted and (v_rule ->> 'live' = 'duplicate' or (v_rule ->> 'live' = 'same_or_immutable' and v_same)) then
                 v_code := 'duplicate';
-            elsif v_op = 'insert' and (not v_deleted or v_strategy = 'insert_only') then
+            elsif (not v_deleted and v_rule ->> 'live' <> 'overwrite') or (v_deleted and v_rule ->> 'tombstone' = 'immutable') then
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- upsert, or insert onto a tombstone: a merge write of the given columns.
+                -- An overwrite, or a revived tombstone: a merge write of the given columns.
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
@@ -1666,7 +1672,7 @@ begin
     for v_table in
         select s.table_name from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
-        where exists (select from pg_catalog.pg_index i where i.indrelid = s.table_name and i.indisprimary)
+        where exists (select from ferry.primary_key(s.table_name))
         order by c.relname
     loop
         perform ferry.install_triggers(v_table);
@@ -1817,11 +1823,7 @@ begin
             using errcode = '42P07', hint = 'clients name synced tables without a schema';
     end if;
 
-    select pg_catalog.array_agg(a.attname order by k.position) into v_key
-        from pg_catalog.pg_index i
-        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-        where i.indrelid = p_table and i.indisprimary;
+    select pg_catalog.array_agg(k.name order by k.ordinal) into v_key from ferry.primary_key(p_table) k;
     if v_key is null then
         raise exception 'ferry.register_table(%): the table has no primary key', p_table
             using errcode = '42P16', hint = 'rows are pushed and pulled by their primary key';
@@ -2218,12 +2220,7 @@ begin
     from (
         select c.relname as name, pg_catalog.jsonb_build_object(
             'name', c.relname, 'strategy', s.strategy, 'owner', s.owner_column,
-            'key', (
-                select pg_catalog.jsonb_agg(a.attname order by p.position)
-                from pg_catalog.pg_index i
-                cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as p(attnum, position)
-                join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = p.attnum
-                where i.indrelid = c.oid and i.indisprimary),
+            'key', (select pg_catalog.jsonb_agg(k.name order by k.ordinal) from ferry.primary_key(c.oid) k),
             'columns', (
                 select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                     'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod)) order by a.attnum)
@@ -2248,16 +2245,14 @@ CREATE FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key
     LANGUAGE sql STABLE
     SET search_path TO ''
     AS $$
-    select s.table_name, pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' order by k.position),
+    select s.table_name, pg_catalog.string_agg(pg_catalog.quote_ident(k.name), ', ' order by k.ordinal),
         s.owner_column
     from ferry.synced_tables s
-    join pg_catalog.pg_index i on i.indrelid = s.table_name and i.indisprimary
-    cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-    join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+    cross join lateral ferry.primary_key(s.table_name) k
     where s.strategy in ('lww', 'insert_only', 'set', 'device_lock')
         and (s.options -> 'global_key') is distinct from 'true'::jsonb
     group by s.table_name, s.owner_column
-    having not pg_catalog.bool_or(a.attname = s.owner_column)
+    having not pg_catalog.bool_or(k.name = s.owner_column)
     order by s.table_name::text;
 $$;
 
@@ -2472,7 +2467,7 @@ declare
     v_migration jsonb;
 begin
     if p_migration is null or p_migration = '' then
-        return '{}';
+        return '{}'::text[];
     end if;
     begin
         v_migration := p_migration::jsonb;
@@ -2480,7 +2475,7 @@ begin
         raise exception 'migration is not JSON' using errcode = '22023';
     end;
     if pg_catalog.jsonb_typeof(v_migration) = 'null' then
-        return '{}';
+        return '{}'::text[];
     end if;
     if pg_catalog.jsonb_typeof(v_migration) is distinct from 'object'
         or pg_catalog.jsonb_typeof(v_migration -> 'from') is distinct from 'number'
@@ -2584,10 +2579,10 @@ declare
     v_table record;
     v_result record;
     v_pattern text := ferry.watermelon_id_pattern();
-    v_conflicts jsonb := '{}';
-    v_rejections jsonb := '[]';
-    v_rejected_ids jsonb := '{}';
-    v_cued text[] := '{}';
+    v_conflicts jsonb := '{}'::jsonb;
+    v_rejections jsonb := '[]'::jsonb;
+    v_rejected_ids jsonb := '{}'::jsonb;
+    v_cued text[] := '{}'::text[];
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
     v_first text;
 begin
@@ -2822,7 +2817,7 @@ declare
     v_key name[];
     v_id_type text;
     v_column record;
-    v_columns jsonb := '[]';
+    v_columns jsonb := '[]'::jsonb;
 begin
     select s.strategy, s.owner_column, c.relname into v_strategy, v_owner, v_name
         from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
@@ -2838,11 +2833,7 @@ begin
         return pg_catalog.jsonb_build_object('served', false,
             'reason', pg_catalog.format('the table name is %s', ferry.watermelon_name_problem(v_name)));
     end if;
-    select pg_catalog.array_agg(a.attname order by k.position) into v_key
-        from pg_catalog.pg_index i
-        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-        where i.indrelid = p_table and i.indisprimary;
+    select pg_catalog.array_agg(k.name order by k.ordinal) into v_key from ferry.primary_key(p_table) k;
     select c.sql_type into v_id_type from ferry.watermelon_columns(p_table) c where c.name = 'id';
     if v_key is null
         or not ('id' = any (v_key))
@@ -2897,20 +2888,19 @@ declare
     v_records jsonb;
     -- The primary key as it is: (id), (owner, id), or (id) with an owner column (a
     -- global_key table, whose ids other users' rows may hold).
-    v_key text := (
-        select pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by k.position)
-        from pg_catalog.pg_index i
-        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-        where i.indrelid = p_table and i.indisprimary);
+    v_key text := ferry.primary_key_list(p_table);
     v_owner_match text := case when p_owner is null then '' else pg_catalog.format('t.%I = $3 and ', p_owner) end;
+    -- What created and updated records (upserts) and deleted ids do (strategies.sql).
+    v_rule jsonb := ferry.write_rule(p_strategy, 'upsert', v_name);
+    v_delete_rule jsonb := ferry.write_rule(p_strategy, 'delete', v_name);
+    v_on_conflict text;
     v_group record;
     v_columns text;
     v_values text;
     v_sets text;
     v_differs text;
     v_sql text;
-    v_written text[] := '{}';
+    v_written text[] := '{}'::text[];
     v_group_written text[];
     v_refused text[];
     v_missing text[];
@@ -2931,14 +2921,29 @@ begin
     conflicts := '{}';
     rejected := '[]';
     wrote := false;
-    if p_strategy in ('readonly', 'shared') then
-        select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', x.id, 'code', 'read_only',
-                'message', pg_catalog.format('%s is read-only for clients', v_name))), '[]')
+    if ferry.write_rule(p_strategy, null, v_name) ? 'refused' then
+        select coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', x.id, 'code', r.rule ->> 'refused',
+                'message', r.rule ->> 'message')), '[]')
             into rejected
             from (select r ->> 'id' as id from pg_catalog.jsonb_array_elements(p_records) r
-                  union all select d from pg_catalog.unnest(p_deleted) d) x;
+                  union all select d from pg_catalog.unnest(p_deleted) d) x
+            cross join (select ferry.write_rule(p_strategy, null, v_name) as rule) r;
         return;
     end if;
+    if (v_rule ->> 'held')::boolean then
+        -- ferry.watermelon_schema serves no device_lock table: a caller that got here
+        -- skipped ferry.watermelon_push's checks.
+        raise exception 'watermelon push: % is written by its lock holder only (/v1/locks)', v_name
+            using errcode = '22023';
+    end if;
+    -- A row under the key: overwritten when the pull saw its version (or this
+    -- transaction wrote it), else left as it is, a conflict; revived when it is a
+    -- tombstone and the rule says so; else left, and classified below.
+    v_on_conflict := case
+        when v_rule ->> 'live' = 'overwrite' then 'update set %s_deleted = false'
+            || ' where pg_catalog.pg_visible_in_snapshot(t._stamp, $2) or t._stamp = pg_catalog.pg_current_xact_id()'
+        when v_rule ->> 'tombstone' = 'revive' then 'update set %s_deleted = false where t._deleted'
+        else 'nothing' end;
 
     -- The owner is the caller: absent, null or '' means it; another user is refused.
     if p_owner is not null then
@@ -3013,11 +3018,7 @@ begin
                 ' on conflict (%s) do %s returning t.id) select pg_catalog.array_agg(w.id) from w',
             p_table, case when p_owner is null then '' else pg_catalog.format('%I, ', p_owner) end,
             coalesce(v_columns, ''), case when p_owner is null then '' else '$3, ' end, coalesce(v_values, ''),
-            v_key, case p_strategy
-                when 'lww' then 'update set ' || coalesce(v_sets, '') || '_deleted = false'
-                    || ' where pg_catalog.pg_visible_in_snapshot(t._stamp, $2) or t._stamp = pg_catalog.pg_current_xact_id()'
-                when 'set' then 'update set ' || coalesce(v_sets, '') || '_deleted = false where t._deleted'
-                else 'nothing' end);
+            v_key, pg_catalog.format(v_on_conflict, coalesce(v_sets, '')));
 
         -- The whole group, then halves of what fails, down to the records that fail alone.
         -- A part is a slice of the group's elements (not a scan of the group), and the
@@ -3105,44 +3106,48 @@ begin
             v_refused := v_refused || v_ids;
             v_missing := array(select pg_catalog.unnest(v_missing) except select pg_catalog.unnest(v_ids));
         end if;
-        if p_strategy = 'insert_only' then
-            -- Not inserted: an existing record, refused unless it is the same one.
+        if v_rule ->> 'live' = 'overwrite' then
+            -- Not overwritten: changed after the pull.
+            conflicts := conflicts || v_missing;
+        elsif v_rule ->> 'live' = 'same_or_immutable' or v_rule ->> 'tombstone' = 'immutable' then
+            -- Not inserted: an existing record, refused unless the rule lets it stand.
             execute pg_catalog.format(
                 'select pg_catalog.array_agg(t.id) from %s t join pg_catalog.jsonb_array_elements($1) e(r)'
-                    ' on %st.id = e.r ->> ''id'' where t.id = any ($2) and (t._deleted%s)',
-                p_table, v_owner_match, coalesce(v_differs, ''))
+                    ' on %st.id = e.r ->> ''id'' where t.id = any ($2) and (%s%s)',
+                p_table, v_owner_match, case when v_rule ->> 'tombstone' = 'immutable' then 't._deleted' else 'false' end,
+                case when v_rule ->> 'live' = 'same_or_immutable' then coalesce(v_differs, '') else '' end)
                 into v_ids using v_group.records, v_missing, v_user;
             rejected := rejected || coalesce((
                 select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', i, 'code', 'immutable',
                     'message', pg_catalog.format('a different record of %s exists under this id, or was deleted', v_name)))
                 from pg_catalog.unnest(v_ids) i), '[]');
-        elsif p_strategy = 'lww' then
-            conflicts := conflicts || v_missing;
         end if;
     end loop;
     wrote := pg_catalog.cardinality(v_written) > 0;
 
     if pg_catalog.cardinality(p_deleted) > 0 then
-        if p_strategy = 'insert_only' then
+        if v_delete_rule ? 'refused' then
+            -- Refused where there is a live record to delete.
             execute pg_catalog.format(
                 'select pg_catalog.array_agg(t.id) from %s t where %st.id = any ($1) and not t._deleted',
                 p_table, v_owner_match)
                 into v_ids using p_deleted, p_since, v_user;
             rejected := rejected || coalesce((
-                select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', i, 'code', 'immutable',
-                    'message', pg_catalog.format('records of %s are never deleted', v_name)))
+                select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('id', i, 'code', v_delete_rule ->> 'refused',
+                    'message', v_delete_rule ->> 'message'))
                 from pg_catalog.unnest(v_ids) i), '[]');
         else
             execute pg_catalog.format(
                 'update %s t set _deleted = true where %st.id = any ($1) and not t._deleted%s',
-                p_table, v_owner_match, case when p_strategy = 'lww' then
+                p_table, v_owner_match, case when v_rule ->> 'live' = 'overwrite' then
                     ' and (pg_catalog.pg_visible_in_snapshot(t._stamp, $2) or t._stamp = pg_catalog.pg_current_xact_id())'
                     else '' end)
                 using p_deleted, p_since, v_user;
             get diagnostics v_count = row_count;
             wrote := wrote or v_count > 0;
-            if p_strategy = 'lww' then
-                -- Still live: changed after the pull, so the delete did not touch it.
+            if v_rule ->> 'live' = 'overwrite' then
+                -- Still live: changed after the pull, so the delete did not touch it (a
+                -- write that overwrites, a delete too, wins only over what the pull saw).
                 execute pg_catalog.format(
                     'select pg_catalog.array_agg(t.id) from %s t where %st.id = any ($1) and not t._deleted',
                     p_table, v_owner_match)
@@ -3160,6 +3165,40 @@ $_$;
 --
 
 COMMENT ON FUNCTION ferry.watermelon_write(p_table regclass, p_strategy text, p_owner name, p_since pg_snapshot, p_records jsonb, p_deleted text[], OUT conflicts text[], OUT rejected jsonb, OUT wrote boolean) IS 'One table''s share of a WatermelonDB push, run as ferry_client: {conflicts, rejected, wrote}.';
+
+
+--
+-- Name: write_rule(text, text, name); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    select case
+        when p_strategy in ('readonly', 'shared') then pg_catalog.jsonb_build_object(
+            'refused', 'read_only', 'message', pg_catalog.format('%s is read-only for clients', p_table))
+        when p_strategy not in ('lww', 'insert_only', 'set', 'device_lock') then null
+        when p_op is null then '{}'::jsonb
+        when p_op = 'delete' and p_strategy = 'insert_only' then pg_catalog.jsonb_build_object(
+            'refused', 'immutable', 'message', pg_catalog.format('rows of %s are never deleted', p_table))
+        when p_op = 'delete' then pg_catalog.jsonb_build_object('op', 'delete', 'held', p_strategy = 'device_lock')
+        when p_op = 'upsert' and p_strategy in ('lww', 'device_lock') then pg_catalog.jsonb_build_object(
+            'op', 'upsert', 'live', 'overwrite', 'tombstone', 'revive', 'held', p_strategy = 'device_lock')
+        when p_op not in ('insert', 'upsert') then null
+        when p_strategy = 'set' then '{"op": "insert", "live": "duplicate", "tombstone": "revive", "held": false}'::jsonb
+        when p_strategy = 'insert_only' then
+            '{"op": "insert", "live": "same_or_immutable", "tombstone": "immutable", "held": false}'::jsonb
+        else pg_catalog.jsonb_build_object(
+            'op', 'insert', 'live', 'same_or_immutable', 'tombstone', 'revive', 'held', p_strategy = 'device_lock')
+    end
+$$;
+
+
+--
+-- Name: FUNCTION write_rule(p_strategy text, p_op text, p_table name); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) IS 'What a client''s write of an op (insert, upsert, delete; null: the table as a whole) does under a strategy: {"refused", "message"} or {"op", "live", "tombstone", "held"}. Read by ferry.push_mutations and ferry.watermelon_write.';
 
 
 
@@ -3680,10 +3719,19 @@ REVOKE ALL ON FUNCTION ferry.open_session(p_user uuid, p_device text, p_refresh_
 
 
 --
+-- Name: FUNCTION primary_key(p_table regclass); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.primary_key(p_table regclass) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.primary_key(p_table regclass) TO ferry_client;
+
+
+--
 -- Name: FUNCTION primary_key_list(p_table regclass); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.primary_key_list(p_table regclass) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.primary_key_list(p_table regclass) TO ferry_client;
 
 
 --
@@ -3971,6 +4019,14 @@ GRANT ALL ON FUNCTION ferry.watermelon_schema(p_table regclass) TO ferry_client;
 
 REVOKE ALL ON FUNCTION ferry.watermelon_write(p_table regclass, p_strategy text, p_owner name, p_since pg_snapshot, p_records jsonb, p_deleted text[], OUT conflicts text[], OUT rejected jsonb, OUT wrote boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.watermelon_write(p_table regclass, p_strategy text, p_owner name, p_since pg_snapshot, p_records jsonb, p_deleted text[], OUT conflicts text[], OUT rejected jsonb, OUT wrote boolean) TO ferry_client;
+
+
+--
+-- Name: FUNCTION write_rule(p_strategy text, p_op text, p_table name); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) TO ferry_client;
 
 
 --

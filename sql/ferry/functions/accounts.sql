@@ -81,17 +81,12 @@ declare
     key_match text;
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
-        if exists (
-            select from pg_catalog.pg_index i
-            join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
-            where i.indrelid = t.table_name and i.indisprimary and a.attname = t.owner_column
-        ) then
+        if exists (select from ferry.primary_key(t.table_name) k where k.name = t.owner_column) then
             -- The owner is part of the key: the other key columns (none: every pair matches).
-            select coalesce(pg_catalog.string_agg(pg_catalog.format('c.%1$I = a.%1$I', a.attname), ' and '), 'true')
+            select coalesce(pg_catalog.string_agg(pg_catalog.format('c.%1$I = a.%1$I', k.name), ' and '), 'true')
                 into key_match
-                from pg_catalog.pg_index i
-                join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = any (i.indkey)
-                where i.indrelid = t.table_name and i.indisprimary and a.attname <> t.owner_column;
+                from ferry.primary_key(t.table_name) k
+                where k.name <> t.owner_column;
             execute pg_catalog.format(
                 'delete from %1$s c using %1$s a where c.%2$I = $1 and a.%2$I = $2 and %3$s',
                 t.table_name, t.owner_column, key_match) using p_to, p_from;

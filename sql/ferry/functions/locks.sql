@@ -30,14 +30,14 @@ create or replace function ferry.lock_table(
 language plpgsql stable security definer set search_path = ''
 as $$
 begin
-    select s.table_name, s.owner_column, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod),
+    select s.table_name, s.owner_column, k.name, pg_catalog.format_type(a.atttypid, a.atttypmod),
             coalesce((s.options ->> 'stale_seconds')::numeric, 30)
         into rel, owner_column, key_column, key_type, stale_seconds
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
-        join pg_catalog.pg_index i on i.indrelid = c.oid and i.indisprimary
-        join pg_catalog.pg_attribute a on a.attrelid = c.oid and a.attnum = any (i.indkey)
-        where s.strategy = 'device_lock' and c.relname = p_table and a.attname <> s.owner_column;
+        cross join lateral ferry.primary_key(c.oid) k
+        join pg_catalog.pg_attribute a on a.attrelid = c.oid and a.attnum = k.attnum
+        where s.strategy = 'device_lock' and c.relname = p_table and k.name <> s.owner_column;
     if ferry.uid() is null or ferry.device_id() is null then
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;

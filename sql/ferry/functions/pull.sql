@@ -40,7 +40,7 @@ declare
     v_after_stamp xid8;
     v_after_key jsonb;
     v_remaining integer := p_limit;
-    v_changes jsonb := '{}';
+    v_changes jsonb := '{}'::jsonb;
     v_has_more boolean := false;
     v_position jsonb;
     v_table record;

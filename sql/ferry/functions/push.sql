@@ -108,13 +108,13 @@ declare
     v_list jsonb;
     v_tables jsonb;
     v_last bigint;
-    v_results jsonb[] := '{}';
+    v_results jsonb[] := '{}'::jsonb[];
     v_m jsonb;
     v_position integer;
     v_id bigint;
     v_table jsonb;
     v_rel regclass;
-    v_strategy text;
+    v_rule jsonb;
     v_owner text;
     v_op text;
     v_row jsonb;
@@ -134,7 +134,7 @@ declare
     v_message text;
     v_wrote boolean;
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
-    v_cued text[] := '{}';
+    v_cued text[] := '{}'::text[];
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -152,35 +152,37 @@ begin
     v_last := ferry.lock_device();
 
     -- Everything push needs about the tables the batch names, in one catalog query:
-    -- strategy, owner, primary key, the columns a client may write, the key match.
+    -- strategy, owner, primary key, the columns a client may write, the key match, and
+    -- what each op does under the table's strategy (ferry.write_rule, strategies.sql).
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
-            'oid', c.oid::bigint, 'strategy', s.strategy, 'owner', s.owner_column,
+            'oid', c.oid::bigint, 'owner', s.owner_column,
             'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
-            'shape', ferry.upsert_shape(c.oid)))
+            'shape', ferry.upsert_shape(c.oid), 'rules', pg_catalog.jsonb_build_object(
+                'table', ferry.write_rule(s.strategy, null, c.relname),
+                'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
+                'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
+                'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
         into v_tables
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         cross join lateral (
-            select pg_catalog.jsonb_agg(a.attname order by p.position) as names,
-                pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by p.position) as list,
-                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', a.attname), ' and ' order by p.position)
+            select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
+                pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
+                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', p.name), ' and ' order by p.ordinal)
                     as match,
                 -- The JSON type pull sends each key column's values as (to_jsonb's rule, by
                 -- the base type): a key must come in that type, or the device's copy and the
                 -- server's would not match. Arrays, composites and jsonb keys are not checked.
                 -- A domain counts as its base type (one level) and shares its category.
-                pg_catalog.jsonb_object_agg(a.attname, case
+                pg_catalog.jsonb_object_agg(p.name, case
                     when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
                     else 'string' end) filter (where y.typcategory not in ('A', 'C') and y.base not in (114, 3802))
                     as types
-            from pg_catalog.pg_index i
-            cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as p(attnum, position)
-            join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = p.attnum
+            from ferry.primary_key(c.oid) p
             cross join lateral (
                 select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
-                from pg_catalog.pg_type t where t.oid = a.atttypid
+                from pg_catalog.pg_type t where t.oid = p.type_id
             ) y
-            where i.indrelid = c.oid and i.indisprimary
         ) k
         cross join lateral (
             select pg_catalog.jsonb_object_agg(a.attname, true) as names
@@ -221,12 +223,12 @@ begin
                 exit mutation;
             end if;
             v_rel := (v_table ->> 'oid')::oid::regclass;
-            v_strategy := v_table ->> 'strategy';
             v_owner := v_table ->> 'owner';
             v_op := v_m ->> 'op';
-            if v_strategy in ('readonly', 'shared') then
-                v_code := 'read_only';
-                v_message := pg_catalog.format('%s is read-only for clients', v_m ->> 'table');
+            v_rule := v_table -> 'rules' -> 'table';
+            if v_rule ? 'refused' then
+                v_code := v_rule ->> 'refused';
+                v_message := v_rule ->> 'message';
                 exit mutation;
             end if;
             if v_op is null or v_op not in ('insert', 'upsert', 'delete') then
@@ -234,14 +236,13 @@ begin
                 v_message := pg_catalog.format('op must be insert, upsert or delete, not %s', coalesce((v_m -> 'op')::text, 'missing'));
                 exit mutation;
             end if;
-            if v_strategy in ('insert_only', 'set') and v_op = 'upsert' then
-                v_op := 'insert';
-            end if;
-            if v_strategy = 'insert_only' and v_op = 'delete' then
-                v_code := 'immutable';
-                v_message := pg_catalog.format('rows of %s are never deleted', v_m ->> 'table');
+            v_rule := v_table -> 'rules' -> v_op;
+            if v_rule ? 'refused' then
+                v_code := v_rule ->> 'refused';
+                v_message := v_rule ->> 'message';
                 exit mutation;
             end if;
+            v_op := v_rule ->> 'op';
 
             v_row := v_m -> case when v_op = 'delete' then 'key' else 'row' end;
             if v_row is null or pg_catalog.jsonb_typeof(v_row) <> 'object' then
@@ -304,11 +305,11 @@ begin
                 perform pg_catalog.set_config('ferry.skip_cues', v_m ->> 'table', true);
             end if;
 
-            -- lww upsert, the common write: one statement. (A key owned by another user is
-            -- invisible, so it conflicts under RLS: forbidden.) The table's static upsert
-            -- when its shape is the one the upsert was written for, else the same
-            -- statement built for the given columns.
-            if v_op = 'upsert' and v_strategy = 'lww' then
+            -- An overwrite no lock guards (lww's upsert), the common write: one statement.
+            -- (A key owned by another user is invisible, so it conflicts under RLS:
+            -- forbidden.) The table's static upsert when its shape is the one the upsert
+            -- was written for, else the same statement built for the given columns.
+            if v_rule ->> 'live' = 'overwrite' and not (v_rule ->> 'held')::boolean then
                 if ferry.upsert_row(v_m ->> 'table', v_table ->> 'shape', v_row) then
                     v_wrote := true;
                     exit mutation;
@@ -332,8 +333,9 @@ begin
             v_found := null;
             execute pg_catalog.format(
                 'select true, t._deleted, %s, %s from %s t, pg_catalog.jsonb_populate_record(null::%s, $1) p where %s for update of t',
-                case when v_strategy = 'device_lock' then 't._lock_device' else 'null::text' end,
-                case when v_op = 'insert' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)' else 'null::jsonb, null::jsonb' end,
+                case when (v_rule ->> 'held')::boolean then 't._lock_device' else 'null::text' end,
+                case when v_rule ->> 'live' = 'same_or_immutable' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)'
+                    else 'null::jsonb, null::jsonb' end,
                 v_rel, v_rel, v_table ->> 'match')
                 into v_found, v_deleted, v_holder, v_stored, v_typed using v_row;
             if v_stored is not null then
@@ -364,13 +366,13 @@ begin
                     'insert into %s (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)',
                     v_rel, v_list_sql, v_list_sql, v_rel) using v_row;
                 v_wrote := true;
-            elsif v_op = 'insert' and not v_deleted and (v_same or v_strategy = 'set') then
+            elsif not v_deleted and (v_rule ->> 'live' = 'duplicate' or (v_rule ->> 'live' = 'same_or_immutable' and v_same)) then
                 v_code := 'duplicate';
-            elsif v_op = 'insert' and (not v_deleted or v_strategy = 'insert_only') then
+            elsif (not v_deleted and v_rule ->> 'live' <> 'overwrite') or (v_deleted and v_rule ->> 'tombstone' = 'immutable') then
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- upsert, or insert onto a tombstone: a merge write of the given columns.
+                -- An overwrite, or a revived tombstone: a merge write of the given columns.
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
@@ -433,7 +435,7 @@ declare
     v_list json;
     v_element json;
     v_position integer;
-    v_items jsonb[] := '{}';
+    v_items jsonb[] := '{}'::jsonb[];
     v_unstorable jsonb;
     v_field text;
     v_value json;

@@ -24,6 +24,31 @@ create or replace function ferry.unwritable_columns() returns name[]
 language sql immutable parallel safe
 as $$ select ferry.internal_columns() || 'updated_at'::name $$;
 
+-- MARK: - Primary keys
+
+-- A table's primary key columns in key order: ordinal (from 1), attnum, name and type
+-- (the column's type oid); no rows without a primary key. Every function that needs a
+-- synced table's key reads it here. Plain SQL with no search_path setting, so that
+-- PostgreSQL inlines it into the query that calls it (push reads it once per batch).
+create or replace function ferry.primary_key(p_table regclass)
+returns table (ordinal bigint, attnum smallint, name name, type_id oid)
+language sql stable
+as $$
+    select k.position as ordinal, a.attnum, a.attname, a.atttypid
+    from pg_catalog.pg_index i
+    cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
+    join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+    where i.indrelid = p_table and i.indisprimary
+$$;
+
+-- A table's primary key columns, quoted and comma-separated in key order: 'user_id, day'.
+create or replace function ferry.primary_key_list(p_table regclass) returns text
+language sql stable set search_path = ''
+as $$
+    select pg_catalog.string_agg(pg_catalog.format('%I', k.name), ', ' order by k.ordinal)
+    from ferry.primary_key(p_table) k;
+$$;
+
 -- The one row trigger function of every synced table (ferry_stamp): each insert and
 -- update gets _stamp = pg_current_xact_id(), the change stamp pull compares with its
 -- snapshot cursor, and updated_at = now(), the server's clock (a client's is ignored).
@@ -100,11 +125,7 @@ begin
             using errcode = '42P07', hint = 'clients name synced tables without a schema';
     end if;
 
-    select pg_catalog.array_agg(a.attname order by k.position) into v_key
-        from pg_catalog.pg_index i
-        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-        where i.indrelid = p_table and i.indisprimary;
+    select pg_catalog.array_agg(k.name order by k.ordinal) into v_key from ferry.primary_key(p_table) k;
     if v_key is null then
         raise exception 'ferry.register_table(%): the table has no primary key', p_table
             using errcode = '42P16', hint = 'rows are pushed and pulled by their primary key';
@@ -248,16 +269,14 @@ create or replace function ferry.tables_keyed_across_users(out table_name regcla
 returns setof record
 language sql stable set search_path = ''
 as $$
-    select s.table_name, pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' order by k.position),
+    select s.table_name, pg_catalog.string_agg(pg_catalog.quote_ident(k.name), ', ' order by k.ordinal),
         s.owner_column
     from ferry.synced_tables s
-    join pg_catalog.pg_index i on i.indrelid = s.table_name and i.indisprimary
-    cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-    join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+    cross join lateral ferry.primary_key(s.table_name) k
     where s.strategy in ('lww', 'insert_only', 'set', 'device_lock')
         and (s.options -> 'global_key') is distinct from 'true'::jsonb
     group by s.table_name, s.owner_column
-    having not pg_catalog.bool_or(a.attname = s.owner_column)
+    having not pg_catalog.bool_or(k.name = s.owner_column)
     order by s.table_name::text;
 $$;
 
@@ -361,16 +380,12 @@ begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
     end if;
-    select i.indkey::text,
-        pg_catalog.string_agg(pg_catalog.format('t.%I', a.attname), ', ' order by k.position),
-        pg_catalog.string_agg(pg_catalog.format('%L, t.%I', a.attname, a.attname), ', ' order by k.position),
-        pg_catalog.string_agg(pg_catalog.format('p.%I', a.attname), ', ' order by k.position)
+    select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
+        pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
+        pg_catalog.string_agg(pg_catalog.format('%L, t.%I', k.name, k.name), ', ' order by k.ordinal),
+        pg_catalog.string_agg(pg_catalog.format('p.%I', k.name), ', ' order by k.ordinal)
         into v_key_attnums, v_order, v_object, v_after
-        from pg_catalog.pg_index i
-        cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-        join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-        where i.indrelid = p_table and i.indisprimary
-        group by i.indkey;
+        from ferry.primary_key(p_table) k;
 
     -- The query. %4$s and %6$s resume after the cursor's position inside this table;
     -- %5$s is the first load's filter (live rows) or the next pull's (not seen by since).
@@ -509,17 +524,6 @@ comment on function ferry.install_pull_rows() is
 
 -- MARK: - Static upserts
 
--- A table's primary key columns, quoted and comma-separated in key order: 'user_id, day'.
-create or replace function ferry.primary_key_list(p_table regclass) returns text
-language sql stable set search_path = ''
-as $$
-    select pg_catalog.string_agg(pg_catalog.format('%I', a.attname), ', ' order by k.position)
-    from pg_catalog.pg_index i
-    cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as k(attnum, position)
-    join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-    where i.indrelid = p_table and i.indisprimary;
-$$;
-
 -- What a table's static upsert depends on, as an md5: its writable columns in order
 -- with type oid, typmod and stored default expression, and its primary key. Null when
 -- the table cannot have one: an identity column, or a column whose default comes from
@@ -591,8 +595,7 @@ begin
                         E',\n                    ' order by a.attnum) as values_list,
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
-                            select from pg_catalog.pg_index i
-                            where i.indrelid = s.table_name and i.indisprimary and a.attnum = any (i.indkey::smallint[])))
+                            select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets
                 from pg_catalog.pg_attribute a
                 left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
@@ -643,12 +646,7 @@ begin
     from (
         select c.relname as name, pg_catalog.jsonb_build_object(
             'name', c.relname, 'strategy', s.strategy, 'owner', s.owner_column,
-            'key', (
-                select pg_catalog.jsonb_agg(a.attname order by p.position)
-                from pg_catalog.pg_index i
-                cross join lateral pg_catalog.unnest(i.indkey::smallint[]) with ordinality as p(attnum, position)
-                join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = p.attnum
-                where i.indrelid = c.oid and i.indisprimary),
+            'key', (select pg_catalog.jsonb_agg(k.name order by k.ordinal) from ferry.primary_key(c.oid) k),
             'columns', (
                 select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                     'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod)) order by a.attnum)
@@ -681,7 +679,7 @@ begin
     for v_table in
         select s.table_name from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
-        where exists (select from pg_catalog.pg_index i where i.indrelid = s.table_name and i.indisprimary)
+        where exists (select from ferry.primary_key(s.table_name))
         order by c.relname
     loop
         perform ferry.install_triggers(v_table);
@@ -704,12 +702,13 @@ revoke all on function
     ferry.internal_columns(), ferry.unwritable_columns(), ferry.stamp_row(),
     ferry.register_table(regclass, text, name, jsonb), ferry.tables_keyed_across_users(),
     ferry.restrict_lock_columns(regclass), ferry.install_triggers(regclass), ferry.install_pull_reader(regclass),
-    ferry.install_pull_rows(), ferry.primary_key_list(regclass), ferry.upsert_shape(regclass),
+    ferry.install_pull_rows(), ferry.primary_key(regclass), ferry.primary_key_list(regclass), ferry.upsert_shape(regclass),
     ferry.install_upserts(), ferry.table_schema(), ferry.rebuild_generated_code()
 from public;
 -- push and pull call these as ferry_client.
 grant execute on function
-    ferry.internal_columns(), ferry.unwritable_columns(), ferry.upsert_shape(regclass), ferry.table_schema()
+    ferry.internal_columns(), ferry.unwritable_columns(), ferry.primary_key(regclass), ferry.primary_key_list(regclass),
+    ferry.upsert_shape(regclass), ferry.table_schema()
 to ferry_client;
 
 select ferry.rebuild_generated_code();
