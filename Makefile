@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help deps build db db-stop db-reset run test lint format schema bench clean
+.PHONY: help deps build db db-stop db-reset run test sql-test lint format schema bench clean
 
 # The toolchain lives in /opt/swift on the project's machines; elsewhere it is on PATH.
 ifeq ($(shell command -v swift 2>/dev/null),)
@@ -23,7 +23,7 @@ export FERRY_COMMIT
 # The whole suite takes well under a minute; a hung test fails the run after this long
 # instead of holding CI to its own limit.
 TEST_TIMEOUT ?= 1200
-DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev postgresql python3-httpx python3-websockets nodejs
+DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 18
@@ -73,8 +73,9 @@ format: ## rewrite Sources and Tests with swift-format
 	swift format format --in-place --recursive Sources Tests
 
 # The database is stopped afterwards only when this target started it; the exit
-# status is the tests'.
-test: deps build lint ## lint, start PostgreSQL, run every test against it (in parallel)
+# status is the tests': the Swift suites', then the SQL checks' (Tests/sql/run.sh), both
+# run whatever the other's outcome.
+test: deps build lint ## lint, start PostgreSQL, run every test against it (Swift in parallel, then the SQL checks)
 	@started=""; \
 	if ! $(FERRY) db status >/dev/null; then $(FERRY) db start; started=yes; fi; \
 	stop_database() { if [ -n "$$started" ]; then $(FERRY) db stop; fi; }; \
@@ -85,9 +86,15 @@ test: deps build lint ## lint, start PostgreSQL, run every test against it (in p
 	if [ "$$status" -eq 124 ] || [ "$$status" -eq 137 ]; then \
 	  echo "make test: the tests did not finish within $(TEST_TIMEOUT) s: a test hung (see the last 'started' lines)"; \
 	fi; \
+	sql_status=0; FERRY=$(FERRY) Tests/sql/run.sh || sql_status=$$?; \
+	if [ "$$sql_status" -ne 0 ]; then echo "make test: the SQL checks failed (exit $$sql_status)"; \
+	  if [ "$$status" -eq 0 ]; then status=$$sql_status; fi; fi; \
 	stop_database; \
 	if [ "$$status" -ne 0 ]; then echo "make test: tests failed (exit $$status)"; fi; \
 	exit "$$status"
+
+sql-test: deps build db ## plpgsql_check over Ferry's PL/pgSQL and the pgTAP tests (Tests/sql/run.sh)
+	FERRY=$(FERRY) Tests/sql/run.sh
 
 schema: db ## regenerate sql/ferry/schema.sql (pg_dump of a scratch database migrated with sql/ferry)
 	sql/schema.sh
