@@ -4,7 +4,7 @@ import FerryPostgres
 /// `GET` and `POST /v1/watermelon/sync`: WatermelonDB's sync backend contract
 /// (docs/WATERMELONDB.md), so an app's `pullChanges` and `pushChanges` call Ferry. Each
 /// is the identity statement and one SQL function call in one pipeline, as `/v1/pull` and
-/// `/v1/push` are (sql/ferry/functions/watermelon.sql); PostgreSQL builds the answer and
+/// `/v1/push` are (sql/ferry/functions/watermelon*.sql); PostgreSQL builds the answer and
 /// the gateway forwards its bytes.
 struct WatermelonRoutes {
     /// The route's path; its body limit (``bodyLimit``) is applied by path, before routing.
@@ -168,7 +168,7 @@ enum WatermelonTimestamp {
 
 extension SQLState {
     /// `FRCNF`, Ferry's own: what `ferry.watermelon_push` raises when a pushed record
-    /// changed on the server after `last_pulled_at` (sql/ferry/functions/watermelon.sql);
+    /// changed on the server after `last_pulled_at` (sql/ferry/functions/watermelon_push.sql);
     /// its DETAIL holds the ids by table. Answered `409 conflict`.
     static let watermelonConflict = "FRCNF"
     /// `FR413`, Ferry's own: what `ferry.watermelon_push` raises for more records than

@@ -5,7 +5,7 @@ import Testing
 
 @testable import FerryGateway
 
-/// `sql/ferry/functions/watermelon.sql`: WatermelonDB's pull and push as SQL, against a
+/// `sql/ferry/functions/watermelon*.sql`: WatermelonDB's pull and push as SQL, against a
 /// real PostgreSQL, each call run as `ferry_client` the way the gateway runs it (the
 /// identity statement and the function call in one pipeline). The to-do example's
 /// `tasks` is the main table; `fixtures` adds one table per other strategy and a few that

@@ -23,7 +23,8 @@ as $$ select 4000 $$;
 -- whether a row changed.
 --
 -- Created and updated are one operation (a created id that exists is updated, an
--- updated one that does not is created): for lww an INSERT ... ON CONFLICT DO UPDATE of
+-- updated one that does not is created: an upsert), and what it does under each
+-- strategy is ferry.write_rule's (strategies.sql), as for /v1/push: for lww an INSERT ... ON CONFLICT DO UPDATE of
 -- the columns each record gives, WHERE the stored row's _stamp is visible in p_since (or
 -- is this transaction's), so a row changed after the pull is not written and not
 -- returned, which makes it a conflict; a tombstone the pull saw is revived. insert_only
