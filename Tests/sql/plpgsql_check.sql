@@ -38,7 +38,8 @@ select f, 'text type variable is not sanitized', 'identifiers from the catalog, 
 from pg_catalog.unnest(array[
     'ferry.claim_lock(text,text,boolean)', 'ferry.heartbeat_lock(text,text)', 'ferry.release_lock(text,text)',
     'ferry.move_user_rows(uuid,uuid)', 'ferry.push_mutations(jsonb,jsonb)',
-    'ferry.register_table(regclass,text,name,jsonb)', 'ferry.restrict_lock_columns(regclass)']) f;
+    'ferry.register_table(regclass,text,name,jsonb)', 'ferry.restrict_lock_columns(regclass)',
+    'ferry.watermelon_write(regclass,text,name,pg_snapshot,jsonb,text[])']) f;
 
 create temp table reported as
 select f.* from findings f

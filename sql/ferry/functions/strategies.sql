@@ -27,9 +27,12 @@
 --     tombstone  a tombstone under the key: revive (a merge write of the given columns,
 --                live again) or immutable (refused)
 --   held         the row is written by the device holding its lock only (device_lock)
--- Null for an op or strategy outside these.
+-- Null for an op or strategy outside these. STABLE, not IMMUTABLE, although its answer
+-- never changes: format and jsonb_build_object are STABLE, and PostgreSQL inlines a SQL
+-- function into its caller's plan only when it is no less volatile than what it calls
+-- (inlined, a call costs what the CASE does; called, about five times that).
 create or replace function ferry.write_rule(p_strategy text, p_op text, p_table name) returns jsonb
-language sql immutable parallel safe
+language sql stable parallel safe
 as $$
     select case
         when p_strategy in ('readonly', 'shared') then pg_catalog.jsonb_build_object(

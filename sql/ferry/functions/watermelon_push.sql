@@ -52,7 +52,11 @@ declare
     v_records jsonb;
     -- The primary key as it is: (id), (owner, id), or (id) with an owner column (a
     -- global_key table, whose ids other users' rows may hold).
-    v_key text := ferry.primary_key_list(p_table);
+    -- Not ferry.primary_key_list, a function whose SET clause keeps it from being
+    -- inlined: its body would be planned again in every push's transaction.
+    v_key text := (
+        select pg_catalog.string_agg(pg_catalog.format('%I', k.name), ', ' order by k.ordinal)
+        from ferry.primary_key(p_table) k);
     v_owner_match text := case when p_owner is null then '' else pg_catalog.format('t.%I = $3 and ', p_owner) end;
     -- What created and updated records (upserts) and deleted ids do (strategies.sql).
     v_rule jsonb := ferry.write_rule(p_strategy, 'upsert', v_name);
