@@ -1387,8 +1387,8 @@ begin
     v_last := ferry.lock_device();
 
     -- Everything push needs about the tables the batch names, in one catalog query:
-    -- strategy, owner, primary key, the columns a client may write, the key match, and
-    -- what each op does under the table's strategy (ferry.write_rule, strategies.sql).
+    -- owner, primary key, the columns a client may write, the key match, and what each
+    -- op does under the table's strategy (ferry.write_rule, strategies.sql).
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
             'oid', c.oid::bigint, 'owner', s.owner_column,
             'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
