@@ -41,7 +41,7 @@ extension DatabaseQuery {
         guard result.columns == columns else {
             throw QueryShapeError(query: logName, problem: .columns(expected: columns, found: result.columns))
         }
-        return try answer(from: QueryRows(result: result, query: logName))
+        return try answer(from: QueryRows(result: result, query: Self.self))
     }
 
     /// The answer of a statement's outcome, or why there is none.
@@ -129,8 +129,9 @@ struct QueryShapeError: Error, Equatable, CustomStringConvertible {
 /// The rows of a query's result, each read by column name.
 struct QueryRows {
     fileprivate let result: PostgresResult
-    /// The query's ``DatabaseQuery/logName``, for errors.
-    fileprivate let query: String
+    /// Named in errors only (its ``DatabaseQuery/logName``): a metatype costs no copy of a
+    /// string on the way that does not fail.
+    fileprivate let query: any DatabaseQuery.Type
 
     /// The number of rows.
     var count: Int { result.count }
@@ -145,7 +146,7 @@ struct QueryRows {
     }
 
     fileprivate func error(_ problem: QueryShapeError.Problem) -> QueryShapeError {
-        QueryShapeError(query: query, problem: problem)
+        QueryShapeError(query: query.logName, problem: problem)
     }
 }
 
