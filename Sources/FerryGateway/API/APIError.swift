@@ -1,5 +1,4 @@
 import FerryHTTP
-import FerryPostgres
 
 /// A PROTOCOL.md error answer: status, code, message and any extra fields.
 struct APIError: Error {
@@ -64,12 +63,5 @@ extension HTTPResponder {
             respond(error.response)
             return nil
         }
-    }
-
-    /// Answers `200` with the JSON text PostgreSQL built, the first column of `result`'s
-    /// first row, forwarded as bytes; `500 internal` when it is null.
-    func respond(jsonBuiltIn result: PostgresResult) {
-        guard let answer = result.bytes(0, 0) else { return respond(APIError.unexpected.response) }
-        respond(.json(bytes: answer))
     }
 }

@@ -10,7 +10,7 @@ import FerryAuth
 /// so one instance serves them all.
 final class RequestsInFlight: Sendable {
     /// `Retry-After` of a refusal, seconds, and how long the refusal is held before it is
-    /// sent (``LoopContext/run(as:_:answering:_:)``): a request in flight usually ends within
+    /// sent (``LoopContext/run(_:as:pushing:answering:_:)``): a request in flight usually ends within
     /// milliseconds, so the shortest wait the header can say.
     static let retryAfterSeconds = 1
 

@@ -47,22 +47,15 @@ extension Accounts {
     /// (a token of the session may still be accepted): what was announced while nobody
     /// listened (the listener reconnected) is not lost.
     func reloadRevocations(on pool: PostgresPool) {
-        let statement = PostgresStatement(
-            """
-            select session_id, extract(epoch from revoked_at)::bigint
-            from ferry.recent_revocations(now() - make_interval(secs => $1))
-            """, [String(tokens.acceptanceSeconds)], preparedName: "ferry_recent_revocations")
-        pool.query(statement) { [self] result in
+        pool.run(RecentRevocations(seconds: tokens.acceptanceSeconds)) { [self] result in
             switch result {
-            case .success(let rows):
+            case .success(let recent):
                 revoked.replaceAll(
-                    with: rows.rows.compactMap { row in
-                        guard let id = row[0].flatMap(UUID.init(uuidString:)), let at = row[1].flatMap(Int.init)
-                        else { return nil }
-                        return (sessionID: id, until: tokens.lastAcceptedSecond(issuedAt: at))
+                    with: recent.map {
+                        (sessionID: $0.sessionID, until: tokens.lastAcceptedSecond(issuedAt: $0.revokedAt))
                     })
-            case .failure(let error):
-                logger.log(.warning, "could not reload revoked sessions", ["error": error.description])
+            case .failure(let failure):
+                logger.log(.warning, "could not reload revoked sessions", ["error": "\(failure)"])
             }
         }
     }

@@ -23,24 +23,19 @@ enum SchemaCheck: Equatable, Sendable {
     /// Any other failure, described for the log.
     case failed(String)
 
-    /// The one statement of the check.
-    static let statement = PostgresStatement("select ferry.schema_version()")
-
     /// Asks `pool` and calls `completion` on its loop with the answer.
     static func run(on pool: PostgresPool, _ completion: @escaping (SchemaCheck) -> Void) {
-        pool.query(statement) { completion(SchemaCheck($0)) }
+        pool.run(SchemaVersion()) { completion(SchemaCheck($0)) }
     }
 
-    /// Classifies the statement's result.
-    init(_ result: Result<PostgresResult, PostgresError>) {
+    /// Classifies the query's outcome.
+    init(_ result: Result<SchemaVersion.Answer, QueryFailure>) {
         switch result {
-        case .success(let rows):
-            guard rows.count == 1, let version = rows[0, 0].flatMap({ Int($0) }) else {
-                self = .failed("ferry.schema_version() answered no integer")
-                return
-            }
-            self = version >= Ferry.requiredSchemaVersion ? .ready : .behind(version)
-        case .failure(let error):
+        case .success(let answer):
+            self = answer.version >= Ferry.requiredSchemaVersion ? .ready : .behind(answer.version)
+        case .failure(.shape):
+            self = .failed("ferry.schema_version() answered no integer")
+        case .failure(.database(let error)):
             switch (error.kind, error.sqlState) {
             case (.server, SQLState.invalidSchemaName), (.server, SQLState.undefinedFunction): self = .notMigrated
             case (.server, SQLState.insufficientPrivilege): self = .versionNotPermitted

@@ -22,8 +22,13 @@ struct StreamRoutes: Sendable {
     static let reconnectMilliseconds = 3_000
 
     func register(in router: inout Router, context: LoopContext) {
-        router.get("/v1/stream") { request, responder in
-            guard let claims = authenticate(request, responder) else { return }
+        router.group(gate: accounts.streamCallers) { routes in
+            register(in: &routes, context: context)
+        }
+    }
+
+    private func register(in routes: inout RouteGroup<AccessTokenClaims>, context: LoopContext) {
+        routes.get("/v1/stream") { request, claims, responder in
             let handshake: WebSocketHandshake
             switch WebSocketHandshake.validate(request) {
             case .failure(let refusal): return responder.respond(refusal.response)
@@ -39,8 +44,7 @@ struct StreamRoutes: Sendable {
             }
             if !tookOver { quota.release(claims.userID) }
         }
-        router.get("/v1/events") { request, responder in
-            guard let claims = authenticate(request, responder) else { return }
+        routes.get("/v1/events") { request, claims, responder in
             // HEAD (answered by every GET route) learns the headers; it never opens a stream.
             guard request.method != .head else {
                 return responder.respond(
@@ -56,16 +60,6 @@ struct StreamRoutes: Sendable {
                 opened(stream, claims: claims, status: 200, request: request, route: responder.route, context: context)
             }
             if !tookOver { quota.release(claims.userID) }
-        }
-    }
-
-    /// The caller's claims, or nil after answering 401.
-    private func authenticate(_ request: HTTPRequest, _ responder: HTTPResponder) -> AccessTokenClaims? {
-        switch accounts.verifiedClaims(request, allowQueryToken: true) {
-        case .success(let claims): return claims
-        case .failure(let error):
-            responder.respond(error.response)
-            return nil
         }
     }
 

@@ -1,9 +1,11 @@
+import FerryAuth
 import FerryHTTP
 import FerryPostgres
 
-/// `POST /v1/push`, `GET /v1/pull` and `GET /v1/schema`: each is the identity statement
-/// and one SQL function call in one pipeline; PostgreSQL builds the JSON answer and the
-/// gateway forwards its bytes (pull's with the cursor sealed and spliced in).
+/// `POST /v1/push`, `GET /v1/pull` and `GET /v1/schema`, for callers only: each is the
+/// identity statement and one query (``Push``, ``Pull``, ``TableSchema``) in one pipeline;
+/// PostgreSQL builds the JSON answer and the gateway forwards its bytes (pull's with the
+/// cursor sealed and spliced in).
 struct SyncRoutes {
     /// Rows per pull answer when the client names no `limit`.
     static let defaultPullLimit = 1000
@@ -18,107 +20,97 @@ struct SyncRoutes {
 
     /// Adds the routes for one loop; handlers use that loop's `context`.
     func register(in router: inout Router, context: LoopContext) {
-        let accounts = self.accounts
-        // ferry.push_body (sql/ferry/functions/push.sql) checks the limit before it reads
-        // the mutations, so an oversized batch costs no parse in the gateway and writes
-        // nothing. The body goes as text: a mutation PostgreSQL cannot store (a \u0000)
-        // fails its own cast to jsonb there, not the whole statement's.
-        let pushSQL = "select ferry.push_body($1, $2::integer)"
-        let limit = String(maxPushMutations)
-        router.post("/v1/push") { request, responder in
-            guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
-            if let refusal = RequestBody.refusal(of: request.body) { return responder.respond(refusal.response) }
-            // Checked UTF-8 above, so the decoding replaces nothing.
-            let body = String(decoding: request.body, as: UTF8.self)
-            let push = PostgresStatement(pushSQL, [body, limit], preparedName: "ferry_push")
-            context.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
-                switch result {
-                case .success(let results):
-                    guard let answer = results[0].bytes(0, 0) else {
-                        return responder.respond(
-                            APIError(
-                                status: 413, code: "payload_too_large",
-                                message: "a push carries at most \(maxPushMutations) mutations"
-                            ).response)
+        router.group(gate: accounts.callers) { routes in
+            routes.post("/v1/push") { request, caller, responder in
+                push(request, caller, responder, context)
+            }
+            routes.get("/v1/pull") { request, caller, responder in
+                pull(request, caller, responder, context)
+            }
+            routes.get("/v1/schema") { _, caller, responder in
+                context.run(TableSchema(), as: caller, answering: responder) { result in
+                    switch result {
+                    case .success(let schema): responder.respond(.json(bytes: schema.bytes))
+                    case .failure(let failure): responder.respond(context.failure(failure).response)
                     }
-                    responder.respond(.json(bytes: answer))
-                case .failure(let error) where error.sqlState == SQLState.invalidParameterValue:
-                    // ferry.push's own refusals of a malformed batch: their messages are for clients.
-                    responder.respond(APIError.invalidRequest(error.message).response)
-                case .failure(let error):
-                    responder.respond(context.databaseFailure(error).response)
                 }
             }
         }
-        // ferry.pull runs in the statement's one snapshot (see sql/ferry/functions/pull.sql). The raw
-        // cursor comes apart from the rest of the body, so the gateway seals it and
-        // splices it in without parsing the JSON.
-        let pullSQL = """
-            select answer ->> 'cursor', (answer - 'cursor')::text from ferry.pull($1, $2::integer) answer
-            """
+    }
+
+    private func push(_ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
+        if let refusal = RequestBody.refusal(of: request.body) { return responder.respond(refusal.response) }
+        // Checked UTF-8 above, so the decoding replaces nothing.
+        let push = Push(body: String(decoding: request.body, as: UTF8.self), maxMutations: maxPushMutations)
+        let maxPushMutations = self.maxPushMutations
+        context.run(push, as: caller, pushing: request.body.count, answering: responder) { result in
+            switch result {
+            case .success(let answer):
+                guard let json = answer.json else {
+                    return responder.respond(
+                        APIError(
+                            status: 413, code: "payload_too_large",
+                            message: "a push carries at most \(maxPushMutations) mutations"
+                        ).response)
+                }
+                responder.respond(.json(bytes: json))
+            case .failure(.database(let error)) where error.sqlState == SQLState.invalidParameterValue:
+                // ferry.push's own refusals of a malformed batch: their messages are for clients.
+                responder.respond(APIError.invalidRequest(error.message).response)
+            case .failure(let failure):
+                responder.respond(context.failure(failure).response)
+            }
+        }
+    }
+
+    private func pull(_ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
+        guard let pull = responder.success(of: pullQuery(request, caller)) else { return }
         let cursors = self.cursors
-        router.get("/v1/pull") { request, responder in
-            guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
-            var limit = Self.defaultPullLimit
-            var raw: String?  // ferry.pull's cursor text; nil for a first load
-            do {
-                if let text = try request.queryParameter("limit") {
-                    guard let value = Int(text), (1...Self.maximumPullLimit).contains(value) else {
-                        return responder.respond(
-                            APIError.invalidRequest("limit must be an integer from 1 to \(Self.maximumPullLimit)")
-                                .response)
-                    }
-                    limit = value
-                }
-            } catch {
-                return responder.respond(APIError.invalidRequest("query parameter \(error)").response)
-            }
-            do {
-                if let cursor = try request.queryParameter("cursor"), !cursor.isEmpty {
-                    guard let opened = cursors.open(cursor, for: identity) else {
-                        return responder.respond(APIError.invalidCursor.response)
-                    }
-                    raw = opened
-                }
-            } catch {
-                return responder.respond(APIError.invalidCursor.response)
-            }
-            let pull = PostgresStatement(pullSQL, [raw, String(limit)], preparedName: "ferry_pull")
-            context.run(as: identity, [pull], answering: responder) { result in
-                switch result {
-                case .success(let results):
-                    guard let cursor = results[0].bytes(0, 0), var body = results[0].bytes(0, 1),
-                        body.last == UInt8(ascii: "}")
-                    else {
-                        return responder.respond(APIError.unexpected.response)
-                    }
-                    body.removeLast()
-                    body.append(contentsOf: #", "cursor": ""#.utf8)
-                    body.append(contentsOf: cursors.seal(cursor, for: identity).utf8)
-                    body.append(contentsOf: #""}"#.utf8)
-                    responder.respond(.json(bytes: body))
-                case .failure(let error) where raw != nil && error.sqlState == SQLState.cursorExpired:
-                    responder.respond(APIError.cursorExpired.response)
-                case .failure(let error) where raw != nil && Self.unreadableCursor.contains(error.sqlState ?? ""):
-                    // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
-                    responder.respond(APIError.invalidCursor.response)
-                case .failure(let error):
-                    responder.respond(context.databaseFailure(error).response)
-                }
+        context.run(pull, as: caller, answering: responder) { result in
+            switch result {
+            case .success(let answer):
+                var body = answer.body
+                guard body.last == UInt8(ascii: "}") else { return responder.respond(APIError.unexpected.response) }
+                body.removeLast()
+                body.append(contentsOf: #", "cursor": ""#.utf8)
+                body.append(contentsOf: cursors.seal(answer.cursor, for: caller).utf8)
+                body.append(contentsOf: #""}"#.utf8)
+                responder.respond(.json(bytes: body))
+            case .failure(.database(let error)) where pull.cursor != nil && error.sqlState == SQLState.cursorExpired:
+                responder.respond(APIError.cursorExpired.response)
+            case .failure(.database(let error))
+            where pull.cursor != nil && Self.unreadableCursor.contains(error.sqlState ?? ""):
+                // Only a cursor we sealed reaches SQL, so this is one ferry.pull cannot read.
+                responder.respond(APIError.invalidCursor.response)
+            case .failure(let failure):
+                responder.respond(context.failure(failure).response)
             }
         }
-        router.get("/v1/schema") { request, responder in
-            guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
-            let schema = PostgresStatement("select ferry.table_schema()", preparedName: "ferry_table_schema")
-            context.run(as: identity, [schema], answering: responder) { result in
-                switch result {
-                case .success(let results):
-                    responder.respond(jsonBuiltIn: results[0])
-                case .failure(let error):
-                    responder.respond(context.databaseFailure(error).response)
+    }
+
+    /// The pull a request asks for: its `limit` (default ``defaultPullLimit``) and its
+    /// cursor, opened (`400 invalid_cursor` for one this server did not seal for this device).
+    private func pullQuery(_ request: HTTPRequest, _ caller: Identity) -> Result<Pull, APIError> {
+        var pull = Pull(cursor: nil, limit: Self.defaultPullLimit)
+        do {
+            if let text = try request.queryParameter("limit") {
+                guard let value = Int(text), (1...Self.maximumPullLimit).contains(value) else {
+                    return .failure(.invalidRequest("limit must be an integer from 1 to \(Self.maximumPullLimit)"))
                 }
+                pull.limit = value
             }
+        } catch {
+            return .failure(.invalidRequest("query parameter \(error)"))
         }
+        do {
+            if let cursor = try request.queryParameter("cursor"), !cursor.isEmpty {
+                guard let opened = cursors.open(cursor, for: caller) else { return .failure(.invalidCursor) }
+                pull.cursor = opened
+            }
+        } catch {
+            return .failure(.invalidCursor)
+        }
+        return .success(pull)
     }
 }
 

@@ -51,13 +51,11 @@ final class TombstonePurger {
     }
 
     private func batch(total: Int, started: ContinuousClock.Instant) {
-        let statement = PostgresStatement(
-            "select ferry.purge_tombstones(make_interval(secs => $1::double precision), $2::integer)",
-            [String(retentionSeconds), String(Self.batchSize)], preparedName: "ferry_purge_tombstones")
-        context.value.pool.query(statement) { [self] result in
+        let purge = PurgeTombstones(retentionSeconds: retentionSeconds, batchSize: Self.batchSize)
+        context.value.pool.run(purge) { [self] result in
             switch result {
-            case .success(let rows):
-                let deleted = rows[0, 0].flatMap { Int($0) } ?? 0
+            case .success(let answer):
+                let deleted = answer.deleted
                 if deleted > 0 && !isClosed {
                     return batch(total: total + deleted, started: started)
                 }
@@ -69,9 +67,8 @@ final class TombstonePurger {
                         "deleted": String(total + deleted), "retention_s": String(retentionSeconds),
                         "duration_ms": String(milliseconds),
                     ])
-            case .failure(let error):
-                logger.log(
-                    .error, "tombstone purge failed", ["deleted": String(total), "error": error.description])
+            case .failure(let failure):
+                logger.log(.error, "tombstone purge failed", ["deleted": String(total), "error": "\(failure)"])
             }
             isRunning = false
         }

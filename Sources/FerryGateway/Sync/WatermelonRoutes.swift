@@ -1,11 +1,12 @@
+import FerryAuth
 import FerryHTTP
 import FerryPostgres
 
 /// `GET` and `POST /v1/watermelon/sync`: WatermelonDB's sync backend contract
 /// (docs/WATERMELONDB.md), so an app's `pullChanges` and `pushChanges` call Ferry. Each
-/// is the identity statement and one SQL function call in one pipeline, as `/v1/pull` and
-/// `/v1/push` are (sql/ferry/functions/watermelon*.sql); PostgreSQL builds the answer and
-/// the gateway forwards its bytes.
+/// is the identity statement and one query (``WatermelonPull``, ``WatermelonPush``) in one
+/// pipeline, as `/v1/pull` and `/v1/push` are; PostgreSQL builds the answer and the gateway
+/// forwards its bytes.
 struct WatermelonRoutes {
     /// The route's path; its body limit (``bodyLimit``) is applied by path, before routing.
     static let path = "/v1/watermelon/sync"
@@ -30,78 +31,72 @@ struct WatermelonRoutes {
 
     /// Adds the routes for one loop; handlers use that loop's `context`.
     func register(in router: inout Router, context: LoopContext) {
-        let accounts = self.accounts
-        let pullSQL = "select ferry.watermelon_pull($1::bigint, $2)"
-        router.get(Self.path) { request, responder in
-            guard let identity = responder.success(of: accounts.authenticate(request)),
-                let query = responder.success(of: WatermelonPullQuery.parse(request))
-            else { return }
-            let pull = PostgresStatement(
-                pullSQL, [query.lastPulledAt.map { String($0) }, query.migration],
-                preparedName: "ferry_watermelon_pull")
-            context.run(as: identity, [pull], answering: responder) { result in
-                switch result {
-                case .success(let results):
-                    responder.respond(jsonBuiltIn: results[0])
-                case .failure(let error):
-                    responder.respond(Self.refusal(error, context: context).response)
+        router.group(gate: accounts.callers) { routes in
+            routes.get(Self.path) { request, caller, responder in
+                guard let query = responder.success(of: WatermelonPullQuery.parse(request)) else { return }
+                let pull = WatermelonPull(lastPulledAt: query.lastPulledAt, migration: query.migration)
+                context.run(pull, as: caller, answering: responder) { result in
+                    switch result {
+                    case .success(let answer): responder.respond(.json(bytes: answer.bytes))
+                    case .failure(let failure): responder.respond(Self.refusal(failure, context: context).response)
+                    }
                 }
+            }
+            routes.post(Self.path) { request, caller, responder in
+                push(request, caller, responder, context)
             }
         }
+    }
 
-        let pushSQL = "select ferry.watermelon_push($1::bigint, $2, $3::integer)"
-        let limit = String(maxPushRecords)
+    private func push(_ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
+        let lastPulledAt: Int64?
+        do {
+            lastPulledAt = try WatermelonTimestamp.parse(try request.queryParameter("last_pulled_at"))
+        } catch {
+            return responder.respond(APIError.invalidWatermelonTimestamp.response)
+        }
+        guard let lastPulledAt else {
+            return responder.respond(
+                APIError(
+                    status: 400, code: "invalid_cursor",
+                    message: "a push needs last_pulled_at: the timestamp of the pull before it"
+                ).response)
+        }
+        if let refusal = RequestBody.refusal(of: request.body) { return responder.respond(refusal.response) }
+        // Checked UTF-8 above, so the decoding replaces nothing.
+        let push = WatermelonPush(
+            lastPulledAt: lastPulledAt, body: String(decoding: request.body, as: UTF8.self), maxRecords: maxPushRecords)
         let maxPushRecords = self.maxPushRecords
-        router.post(Self.path) { request, responder in
-            guard let identity = responder.success(of: accounts.authenticate(request)) else { return }
-            let lastPulledAt: Int64?
-            do {
-                lastPulledAt = try WatermelonTimestamp.parse(try request.queryParameter("last_pulled_at"))
-            } catch {
-                return responder.respond(APIError.invalidWatermelonTimestamp.response)
-            }
-            guard let lastPulledAt else {
-                return responder.respond(
+        context.run(push, as: caller, pushing: request.body.count, answering: responder) { result in
+            switch result {
+            case .success(let answer):
+                responder.respond(.json(bytes: answer.bytes))
+            case .failure(.database(let error)) where error.sqlState == SQLState.watermelonTooManyRecords:
+                responder.respond(
                     APIError(
-                        status: 400, code: "invalid_cursor",
-                        message: "a push needs last_pulled_at: the timestamp of the pull before it"
+                        status: 413, code: "payload_too_large",
+                        message:
+                            "a WatermelonDB push carries at most \(maxPushRecords) records (FERRY_WATERMELON_MAX_PUSH_RECORDS)"
                     ).response)
-            }
-            if let refusal = RequestBody.refusal(of: request.body) { return responder.respond(refusal.response) }
-            // Checked UTF-8 above, so the decoding replaces nothing.
-            let body = String(decoding: request.body, as: UTF8.self)
-            let push = PostgresStatement(
-                pushSQL, [String(lastPulledAt), body, limit], preparedName: "ferry_watermelon_push")
-            context.run(as: identity, [push], pushing: request.body.count, answering: responder) { result in
-                switch result {
-                case .success(let results):
-                    responder.respond(jsonBuiltIn: results[0])
-                case .failure(let error) where error.sqlState == SQLState.watermelonTooManyRecords:
-                    responder.respond(
-                        APIError(
-                            status: 413, code: "payload_too_large",
-                            message:
-                                "a WatermelonDB push carries at most \(maxPushRecords) records (FERRY_WATERMELON_MAX_PUSH_RECORDS)"
-                        ).response)
-                case .failure(let error) where error.sqlState == SQLState.watermelonConflict:
-                    var conflict = APIError(status: 409, code: "conflict", message: error.message)
-                    if let detail = error.detail { conflict.details = [("conflicts", .json(Array(detail.utf8)))] }
-                    responder.respond(conflict.response)
-                case .failure(let error):
-                    responder.respond(Self.refusal(error, context: context).response)
-                }
+            case .failure(.database(let error)) where error.sqlState == SQLState.watermelonConflict:
+                var conflict = APIError(status: 409, code: "conflict", message: error.message)
+                if let detail = error.detail { conflict.details = [("conflicts", .json(Array(detail.utf8)))] }
+                responder.respond(conflict.response)
+            case .failure(let failure):
+                responder.respond(Self.refusal(failure, context: context).response)
             }
         }
     }
 
     /// A failure both routes answer alike: an expired timestamp, ferry.watermelon_*'s own
     /// refusals of bad input (their messages name the table and column), the rest as
-    /// every route answers a database failure.
-    private static func refusal(_ error: PostgresError, context: LoopContext) -> APIError {
+    /// every route answers a failed query.
+    private static func refusal(_ failure: QueryFailure, context: LoopContext) -> APIError {
+        guard case .database(let error) = failure else { return context.failure(failure) }
         switch error.sqlState {
-        case SQLState.cursorExpired: cursorExpired
-        case SQLState.invalidParameterValue: .invalidRequest(error.message)
-        default: context.databaseFailure(error)
+        case SQLState.cursorExpired: return cursorExpired
+        case SQLState.invalidParameterValue: return .invalidRequest(error.message)
+        default: return context.failure(failure)
         }
     }
 }

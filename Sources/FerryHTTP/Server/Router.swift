@@ -15,6 +15,9 @@ public typealias HTTPHandler = (HTTPRequest, HTTPResponder) -> Void
 /// `/healthz/` matches `/healthz`. `HEAD` is served by the `GET` handler when no
 /// `HEAD` route exists (the server drops the body).
 ///
+/// Routes that share a first step (a user must be known) are added through
+/// ``group(gate:_:)``: their handlers receive what the gate found.
+///
 /// Built once per loop before serving (see ``HTTPServer``); matching allocates only
 /// for captured parameters.
 public struct Router {

@@ -1,0 +1,15 @@
+/// Every query the gateway makes: a new query is added here. `QueryShapeTests` checks
+/// each one's SQL against its columns on a migrated database, `QueryDecodingTests` that
+/// no two share a prepared name.
+enum GatewayQueries {
+    static var all: [any DatabaseQuery.Type] {
+        [
+            SignUpAnonymous.self, RefreshSession.self, FindCredentials.self, SignIn.self, RecentRevocations.self,
+            CurrentAccount.self, LinkEmail.self, SignOut.self, DeleteAccount.self,
+            Push.self, Pull.self, TableSchema.self,
+            WatermelonPull.self, WatermelonPush.self,
+            ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,
+            SchemaVersion.self, PurgeTombstones.self,
+        ]
+    }
+}

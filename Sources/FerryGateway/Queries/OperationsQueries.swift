@@ -1,0 +1,45 @@
+import FerryPostgres
+
+// What the gateway asks for itself, as its own role: readiness and the tombstone purge.
+
+/// `ferry.schema_version()`: the schema version the database's functions implement.
+/// Unnamed: it runs against databases that may not have the function yet.
+struct SchemaVersion: SingleRowQuery {
+    static let preparedName: String? = nil
+    static let sql = "select ferry.schema_version() as version"
+    static let columns = ["version"]
+
+    var parameters: [String?] { [] }
+
+    struct Answer: QueryRowDecodable {
+        var version: Int
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            version = try row.decode("version")
+        }
+    }
+}
+
+/// `ferry.purge_tombstones`: deletes one batch of old tombstones.
+struct PurgeTombstones: SingleRowQuery {
+    static let preparedName: String? = "ferry_purge_tombstones"
+    static let sql = """
+        select ferry.purge_tombstones(make_interval(secs => $1::double precision), $2::integer) as deleted
+        """
+    static let columns = ["deleted"]
+
+    /// Tombstones older than this many seconds go.
+    var retentionSeconds: Int
+    /// At most this many.
+    var batchSize: Int
+    var parameters: [String?] { [String(retentionSeconds), String(batchSize)] }
+
+    struct Answer: QueryRowDecodable {
+        /// How many the batch deleted.
+        var deleted: Int
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            deleted = try row.decodeIfPresent("deleted") ?? 0
+        }
+    }
+}

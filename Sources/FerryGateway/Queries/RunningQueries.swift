@@ -1,0 +1,56 @@
+import FerryAuth
+import FerryHTTP
+import FerryPostgres
+
+extension LoopContext {
+    /// Runs `query` as `identity`: the identity statement and the query's in one pipeline
+    /// before one Sync, so they share one implicit transaction and one round trip, and Row
+    /// Level Security sees the caller. Calls back on the loop with the query's answer.
+    ///
+    /// Every request that reaches the database as a caller comes through here, so this
+    /// is where ``RequestsInFlight`` counts it: from before the pool is asked until the
+    /// database has answered, whether the client is still there or not (the connection
+    /// is busy until then); a push also counts its body's `pushing` bytes against the
+    /// device's budget. Over the device's or the user's limit `responder` is answered
+    /// `429`, without a round trip, and `completion` is never called.
+    func run<Query: DatabaseQuery>(
+        _ query: Query, as identity: Identity, pushing bytes: Int = 0, answering responder: HTTPResponder,
+        _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void
+    ) {
+        if let refusal = requests.admit(identity, pushing: bytes) {
+            // Sent after its Retry-After: a client that retries at once anyway (a flood)
+            // then sends one request per connection per second, not thousands.
+            loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {
+                responder.respond(refusal.response)
+            }
+            return
+        }
+        let requests = self.requests
+        pool.pipeline([identity.statement, query.statement]) { outcome in
+            requests.finish(identity)
+            // The identity statement's result is left out.
+            completion(Query.decode(outcome.map { $0[1] }))
+        }
+    }
+
+    /// The answer to a query that failed (logged): ``databaseFailure(_:)`` for the
+    /// database's own errors, `500 internal` for an answer the query does not read.
+    func failure(_ failure: QueryFailure) -> APIError {
+        switch failure {
+        case .database(let error):
+            return databaseFailure(error)
+        case .shape(let error):
+            logger.log(.error, "unexpected answer from the database", ["error": error.description])
+            return .unexpected
+        }
+    }
+}
+
+extension PostgresPool {
+    /// Runs `query` as the gateway's own role, one statement with no caller (sign-up,
+    /// refresh, sign-in, and the gateway's own tasks). Calls back on the pool's loop.
+    func run<Query: DatabaseQuery>(_ query: Query, _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void)
+    {
+        self.query(query.statement) { completion(Query.decode($0)) }
+    }
+}

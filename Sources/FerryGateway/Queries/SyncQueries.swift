@@ -1,0 +1,76 @@
+import FerryPostgres
+
+// Push, pull and schema (sql/ferry/functions/push.sql, pull.sql, registry.sql), run as the
+// caller. Their answers are JSON that PostgreSQL built, read as bytes and forwarded.
+
+/// `ferry.push_body`: a push batch applied.
+struct Push: SingleRowQuery {
+    static let preparedName: String? = "ferry_push"
+    // The body goes as text: a mutation PostgreSQL cannot store (a \u0000) fails its own
+    // cast to jsonb there, not the whole statement's. The limit is checked before any
+    // mutation is read, so an oversized batch costs no parse and writes nothing.
+    static let sql = "select ferry.push_body($1, $2::integer) as answer"
+    static let columns = ["answer"]
+
+    /// The request's body, as received (checked UTF-8).
+    var body: String
+    var maxMutations: Int
+    var parameters: [String?] { [body, String(maxMutations)] }
+
+    struct Answer: QueryRowDecodable {
+        /// The push answer's JSON; nil when the batch has more than `maxMutations` mutations.
+        var json: [UInt8]?
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            json = try row.bytesIfPresent("answer")
+        }
+    }
+}
+
+/// `ferry.pull`: the changes since a cursor, in the statement's one snapshot. The raw
+/// cursor comes apart from the rest of the answer, so the gateway seals it and splices it
+/// in without parsing the JSON.
+struct Pull: SingleRowQuery {
+    static let preparedName: String? = "ferry_pull"
+    static let sql = """
+        select answer ->> 'cursor' as cursor, (answer - 'cursor')::text as body from ferry.pull($1, $2::integer) answer
+        """
+    static let columns = ["cursor", "body"]
+
+    /// `ferry.pull`'s raw cursor text; nil for a first load.
+    var cursor: String?
+    var limit: Int
+    var parameters: [String?] { [cursor, String(limit)] }
+
+    struct Answer: QueryRowDecodable {
+        /// The raw cursor, to be sealed.
+        var cursor: [UInt8]
+        /// The answer's JSON object without its cursor.
+        var body: [UInt8]
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            cursor = try row.bytes("cursor")
+            body = try row.bytes("body")
+        }
+    }
+}
+
+/// `ferry.table_schema`: the tables the caller syncs, their columns and strategies.
+struct TableSchema: SingleRowQuery {
+    static let preparedName: String? = "ferry_table_schema"
+    static let sql = "select ferry.table_schema() as answer"
+    static let columns = ["answer"]
+
+    var parameters: [String?] { [] }
+
+    typealias Answer = BuiltJSON
+}
+
+/// The one JSON value a function built, as bytes; NULL is a shape error.
+struct BuiltJSON: QueryRowDecodable {
+    var bytes: [UInt8]
+
+    init(_ row: QueryRow) throws(QueryShapeError) {
+        bytes = try row.bytes("answer")
+    }
+}
