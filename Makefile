@@ -52,7 +52,7 @@ deps: ## install the Debian packages that are missing (apt-get as root; otherwis
 build: ## build the ferry binary (.build/debug/ferry)
 	swift build --product ferry
 
-db: build ## start the embedded PostgreSQL under .ferry/ (FERRY_DEV_PG_PORT, default 54329)
+db: build ## start the embedded PostgreSQL under .ferry/ (FERRY_DEV_PG_PORT, default 15329)
 	@$(FERRY) db start
 
 db-stop: build ## stop the embedded PostgreSQL
