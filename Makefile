@@ -92,6 +92,9 @@ test: deps build lint ## lint, start PostgreSQL, run every test against it (in p
 schema: db ## regenerate sql/ferry/schema.sql (pg_dump of a scratch database migrated with sql/ferry)
 	sql/schema.sh
 
+# The benchmarks' load generator and the baseline bench/http.sh compares with; a
+# target-specific value, so `make bench`'s deps installs them too and `make test`'s does not.
+bench: DEBIAN_PACKAGES += wrk nginx-light
 bench: deps build db ## run the benchmarks in bench/
 	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet (see bench/README.md)"; fi
 
