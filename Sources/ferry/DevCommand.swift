@@ -14,7 +14,8 @@ enum DevCommand: Command {
         Starts the embedded PostgreSQL (creating it under .ferry/ on first use), applies
         sql/ferry, the example app's migrations (none with --example none), then each --dir
         in the order given (your app's own, as ferry migrate --dir applies them), keeps a
-        JWT secret in .ferry/dev-secret, and serves until Ctrl-C. The gateway connects as ferry_gateway, as in production.
+        JWT secret in .ferry/dev-secret, and serves until Ctrl-C. The gateway connects as
+        ferry_gateway, as in production.
         Ctrl-C stops the server, then PostgreSQL, unless PostgreSQL was already running
         when ferry dev started (then it is left running, like you left it).
         Other FERRY_* variables of 'ferry serve' (FERRY_THREADS, FERRY_LOG_FORMAT, …) apply.
