@@ -52,7 +52,7 @@ deps: ## install the Debian packages that are missing (apt-get as root; otherwis
 build: ## build the ferry binary (.build/debug/ferry)
 	swift build --product ferry
 
-db: build ## start the embedded PostgreSQL under .ferry/ (FERRY_DEV_PG_PORT, default 54329)
+db: build ## start the embedded PostgreSQL under .ferry/ (FERRY_DEV_PG_PORT, default 15329)
 	@$(FERRY) db start
 
 db-stop: build ## stop the embedded PostgreSQL
@@ -99,6 +99,9 @@ sql-test: deps build db ## plpgsql_check over Ferry's PL/pgSQL and the pgTAP tes
 schema: db ## regenerate sql/ferry/schema.sql (pg_dump of a scratch database migrated with sql/ferry)
 	sql/schema.sh
 
+# The benchmarks' load generator and the baseline bench/http.sh compares with; a
+# target-specific value, so `make bench`'s deps installs them too and `make test`'s does not.
+bench: DEBIAN_PACKAGES += wrk nginx-light
 bench: deps build db ## run the benchmarks in bench/
 	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet (see bench/README.md)"; fi
 

@@ -39,22 +39,10 @@ POOL_SIZE=${POOL_SIZE:-8}
 MAX_RATIO=${MAX_RATIO:-1.10}
 COLD_TOKENS=${COLD_TOKENS:-24576}
 
-swift build -c release --product ferry --product ferry-load >&2
-FERRY=$(swift build -c release --show-bin-path)/ferry
-FERRY_LOAD=$(swift build -c release --show-bin-path)/ferry-load
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql >&2
-# The request path logs in as ferry_gateway (as `ferry dev` does); the dev cluster
-# trusts loopback, so no password.
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
+build_release ferry-load
+FERRY_LOAD=$BIN/ferry-load
+migrate_database
+make_scratch_folder
 
 # Numbers each wrk thread (`id`, from 1), for the scripts below.
 thread_ids='local counter = 0

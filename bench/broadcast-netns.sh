@@ -69,14 +69,9 @@ if [ "$(nproc)" -le "$((GATEWAY_CPU > CLIENT_CPU ? GATEWAY_CPU : CLIENT_CPU))" ]
     exit 1
 fi
 
-swift build -c release --product ferry >&2
-swift build -c release --product ferry-load >&2
-BIN=$(swift build -c release --show-bin-path)
-FERRY=$BIN/ferry
+build_release ferry-load
 LOAD=$BIN/ferry-load
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+migrate_database
 psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >/dev/null <<'SQL'
 create table if not exists public.bench_news (id int primary key, body text);
 select ferry.register_table('public.bench_news', strategy => 'shared');
@@ -87,17 +82,12 @@ streams_per_gateway=$(($(ulimit -n) - 1000))
 gateways=$(((BROADCAST_STREAMS + streams_per_gateway - 1) / streams_per_gateway))
 sources=$(((BROADCAST_STREAMS + STREAMS_PER_SOURCE - 1) / STREAMS_PER_SOURCE))
 
-tmp=$(mktemp -d)
 remove_namespace() {
     ip netns del "$NETNS" 2>/dev/null || true
     ip link del "$GATEWAY_VETH" 2>/dev/null || true
 }
-cleanup() {
-    stop_gateways
-    remove_namespace
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+make_scratch_folder
+on_exit() { remove_namespace; }
 
 # The namespace, the veth pair, and RPS: each side's receive processing on its own processor.
 cpu_mask() { printf '%x' $((1 << $1)); }

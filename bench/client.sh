@@ -27,20 +27,9 @@ CUES=${CUES:-40}
 LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-8}
 
-swift build -c release --product ferry >&2
-swift build -c release --product ferry-client-bench >&2
-BIN=$(swift build -c release --show-bin-path)
-FERRY=$BIN/ferry
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle --dir sql/examples/tasks >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+build_release ferry-client-bench
+migrate_database puzzle tasks
+make_scratch_folder
 
 export FERRY_PUSH_BYTES_PER_SECOND=1073741824 FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000
 choose_gateway_address

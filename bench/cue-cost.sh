@@ -45,11 +45,8 @@ MIN_RATIO=${MIN_RATIO:-0.8}
     { echo "PUSH_DEVICES ($PUSH_DEVICES) must be at least twice CONNECTIONS ($CONNECTIONS)" >&2; exit 2; }
 [ "$BATCH" -ge 1 ] && [ "$BATCH" -le 99 ] || { echo "BATCH must be 1 to 99 (two-digit id suffix)" >&2; exit 1; }
 
-swift build -c release --product ferry >&2
-FERRY=$(swift build -c release --show-bin-path)/ferry
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+build_release
+migrate_database puzzle
 
 triggers="ferry_cue_insert ferry_cue_update ferry_cue_delete"
 # Enables or disables the three cue triggers of daily_challenges, and resets or sets
@@ -74,13 +71,8 @@ cues() {
     ferry_pid=${gateway_pids[0]}
 }
 
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    cue_triggers enable >/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+make_scratch_folder
+on_exit() { cue_triggers enable >/dev/null; }
 
 # Devices push faster than a device's budget; that limit (bench/fairness.sh) is not measured here.
 export FERRY_PUSH_BYTES_PER_SECOND=1073741824
@@ -91,32 +83,19 @@ grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryG
     { echo "the push statement changed: check bench/cue-cost.sh" >&2; exit 1; }
 
 # Setup: sign-ups through the API, each device's rows seeded as the owner, push.tsv (tokens).
-SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PUSH_DEVICES=$PUSH_DEVICES BATCH=$BATCH python3 - <<'PY' >&2
-import json, os, subprocess, urllib.request, uuid
-from concurrent.futures import ThreadPoolExecutor
+PUSH_DEVICES=$PUSH_DEVICES BATCH=$BATCH set_up_with_python <<'PY'
+from lib import *
 
-env = os.environ
-base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
 devices, batch = int(env["PUSH_DEVICES"]), int(env["BATCH"])
-
-def sign_up(_):
-    request = urllib.request.Request(base + "/v1/auth/anonymous", method="POST",
-        data=json.dumps({"device_id": str(uuid.uuid4())}).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request) as response:
-        answer = json.load(response)
-    return answer["user"]["id"], answer["session"]["access_token"]
-
-with ThreadPoolExecutor(8) as pool:
-    users = list(pool.map(sign_up, range(devices)))
-ids = ",".join("'%s'" % uid for uid, _ in users)
-subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], text=True, check=True, input=f"""
+users = sign_up_many(devices)
+psql(f"""
 insert into public.daily_challenges (user_id, day, seconds)
-select u, date '2020-01-01' + g, g from unnest(array[{ids}]::uuid[]) u, generate_series(0, {batch - 1}) g;
+select u, date '2020-01-01' + g, g from unnest(array[{uuid_list(users)}]::uuid[]) u, generate_series(0, {batch - 1}) g;
 analyze public.daily_challenges;
 """)
 with open(f"{tmp}/push.tsv", "w") as tsv:
-    for _, token in users:
-        tsv.write(token + "\n")
+    for u in users:
+        tsv.write(u["token"] + "\n")
 PY
 
 # A push batch: BATCH upserts of the caller's rows, '@' for a per-request number.
@@ -129,8 +108,7 @@ check_push_batch "$base" "$token" "$template" "$BATCH"
 
 # CPU time (bench/sync.sh): clock ticks of this cluster (postmaster with its reaped
 # children, plus live children) and of the gateway.
-postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
-ticks_per_second=$(getconf CLK_TCK)
+find_postmaster
 # "rate µs-of-PostgreSQL-CPU-per-push µs-of-gateway-CPU-per-push" for one wrk run; $1 is
 # the mutation-id base of the run.
 measure() {

@@ -53,22 +53,15 @@ seconds=${DURATION%s}
 # would drop the slow ones from its figures.
 WRK_TIMEOUT=30s
 
-swift build -c release --product ferry >&2
-FERRY_AFTER=$(swift build -c release --show-bin-path)/ferry
-FERRY=$FERRY_AFTER
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
+build_release
+FERRY_AFTER=$FERRY
+migrate_database puzzle
+make_scratch_folder
 locker_pid=
-cleanup() {
-    [ -n "$locker_pid" ] && kill "$locker_pid" 2>/dev/null || true
-    stop_gateways
-    if [ -d "$tmp/before" ]; then git worktree remove --force "$tmp/before" >/dev/null 2>&1 || true; fi
-    [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
+on_exit() {
+    [ -n "$locker_pid" ] && kill "$locker_pid" 2>/dev/null
+    if [ -d "$tmp/before" ]; then git worktree remove --force "$tmp/before" >/dev/null 2>&1; fi
 }
-trap cleanup EXIT
 
 FERRY_BEFORE=
 if [ -n "$BEFORE_REF" ]; then
@@ -85,39 +78,26 @@ start_gateways 1 127.0.0.1
 # Setup through the API: the probe's users (rows seeded as the owner), the flooding
 # device, and the locked user: an email account signed in on LOCK_DEVICES devices.
 # Writes probe.tsv, flood.tsv and lock.tsv (tokens) and lock_user (its id).
-SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PROBE_USERS=$PROBE_USERS PROBE_ROWS=$PROBE_ROWS \
-    LOCK_DEVICES=$LOCK_DEVICES python3 - <<'PY' >&2
-import json, os, subprocess, urllib.request, uuid
-
-env = os.environ
-base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
-
-def call(path, body, token=None):
-    request = urllib.request.Request(base + path, method="POST", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})})
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)
-
-def sign_up():
-    answer = call("/v1/auth/anonymous", {"device_id": str(uuid.uuid4())})
-    return answer["user"]["id"], answer["session"]["access_token"]
+PROBE_USERS=$PROBE_USERS PROBE_ROWS=$PROBE_ROWS LOCK_DEVICES=$LOCK_DEVICES set_up_with_python <<'PY'
+from lib import *
 
 probes = [sign_up() for _ in range(int(env["PROBE_USERS"]))]
 flooder = sign_up()
-lock_user, first = sign_up()
+locked = sign_up()
+lock_user, first = locked["uid"], locked["token"]
 email, password = f"locked-{uuid.uuid4()}@example.com", "correct horse battery"
-call("/v1/auth/link", {"email": email, "password": password}, first)
+call("POST", "/v1/auth/link", first, {"email": email, "password": password})
 lock_tokens = [first] + [
-    call("/v1/auth/signin", {"email": email, "password": password, "device_id": str(uuid.uuid4())})["session"]["access_token"]
+    call("POST", "/v1/auth/signin", body={"email": email, "password": password, "device_id": str(uuid.uuid4())})
+    ["session"]["access_token"]
     for _ in range(int(env["LOCK_DEVICES"]) - 1)]
-ids = ",".join("'%s'" % uid for uid, _ in probes)
-subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], text=True, check=True, input=f"""
+psql(f"""
 insert into public.daily_challenges (user_id, day, seconds)
-select u, date '2020-01-01' + g, g from unnest(array[{ids}]::uuid[]) u, generate_series(0, {int(env["PROBE_ROWS"]) - 1}) g;
+select u, date '2020-01-01' + g, g from unnest(array[{uuid_list(probes)}]::uuid[]) u, generate_series(0, {int(env["PROBE_ROWS"]) - 1}) g;
 insert into public.daily_challenges (user_id, day, seconds) values ('{lock_user}', date '2020-01-01', 0);
 analyze public.daily_challenges;
 """)
-for name, tokens in (("probe", [t for _, t in probes]), ("flood", [flooder[1]]), ("lock", lock_tokens)):
+for name, tokens in (("probe", [u["token"] for u in probes]), ("flood", [flooder["token"]]), ("lock", lock_tokens)):
     with open(f"{tmp}/{name}.tsv", "w") as tsv:
         tsv.write("".join(t + "\n" for t in tokens))
 with open(f"{tmp}/lock_user", "w") as f:

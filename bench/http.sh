@@ -19,21 +19,14 @@ CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-2}
 LOOPS=${LOOPS:-"1 2"}
 
-swift build -c release --product ferry >&2
-FERRY=$(swift build -c release --show-bin-path)/ferry
-DATABASE_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$DATABASE_URL" --sql-root sql >&2
-
-tmp=$(mktemp -d)
+build_release
+migrate_database
+make_scratch_folder
 pids=()
-cleanup() {
+on_exit() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-
-
 
 requests_per_second() {
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$1/healthz" | awk '/^Requests\/sec:/ { print $2 }'
@@ -67,7 +60,7 @@ CONF
 printf '%-6s %12s %12s %8s\n' loops ferry_rps nginx_rps ratio
 for loops in $LOOPS; do
     ferry_port=$(free_port)
-    FERRY_DATABASE_URL=$DATABASE_URL FERRY_JWT_SECRET=bench-secret-bench-secret-bench-secret \
+    FERRY_DATABASE_URL=$OWNER_URL FERRY_JWT_SECRET=bench-secret-bench-secret-bench-secret \
         FERRY_LISTEN=127.0.0.1:$ferry_port FERRY_THREADS=$loops "$FERRY" serve >/dev/null &
     ferry_pid=$!
     pids+=("$ferry_pid")

@@ -1,6 +1,56 @@
 # Helpers every bench/*.sh script sources (after `cd` to the repository root); not a
 # benchmark itself, so bench/run (which runs every *.sh) leaves it alone.
 
+# The set-up every script starts with, in this order:
+#   build_release [product…]     the release `ferry` (and ferry-load, …): BIN, FERRY
+#   migrate_database [example…]  the embedded database, migrated: OWNER_URL, GATEWAY_URL
+#   make_scratch_folder          $tmp, and the clean-up when the script exits
+
+# Builds the release `ferry` and each product named (ferry-load, ferry-client-bench), one
+# `swift build` each (its --product takes one product). Sets BIN (their folder) and FERRY
+# (its `ferry`).
+build_release() {
+    local product
+    for product in ferry "$@"; do swift build -c release --product "$product" >&2; done
+    BIN=$(swift build -c release --show-bin-path)
+    FERRY=$BIN/ferry
+}
+
+# Migrates the embedded database (`make db` starts it; its port follows FERRY_DEV_PG_PORT)
+# with sql/ferry, then sql/examples/<name> for each name given (puzzle, tasks), using
+# $FERRY. Sets OWNER_URL (the superuser's URL, `ferry db url`) and GATEWAY_URL: the same
+# database as ferry_gateway, the role the gateway logs in as in production (the dev
+# cluster trusts loopback, so no password).
+migrate_database() {
+    local example directories=()
+    for example in "$@"; do directories+=(--dir "sql/examples/$example"); done
+    OWNER_URL=$("$FERRY" db url)
+    "$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql "${directories[@]}" >&2
+    GATEWAY_URL=${OWNER_URL/:\/\/postgres@/:\/\/ferry_gateway@}
+}
+
+# Makes the scratch folder $tmp and sets the EXIT trap: stop the gateways, then the
+# script's own `on_exit` when it defines one (what else it started or changed), then
+# delete $tmp (KEEP_TMP=1 keeps it, and says where).
+make_scratch_folder() {
+    tmp=$(mktemp -d)
+    trap clean_up EXIT
+}
+
+clean_up() {
+    stop_gateways
+    if declare -F on_exit >/dev/null; then on_exit || true; fi
+    if [ -n "${KEEP_TMP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
+}
+
+# Runs the Python set-up on standard input (a here-document) with bench/lib.py to import
+# (`from lib import *`): the gateway at $base, the owner's URL, the scratch folder; the
+# script's knobs it reads reach it as variables set on this call. Its output goes to
+# standard error, like the builds'.
+set_up_with_python() {
+    SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PYTHONPATH=bench PYTHONDONTWRITEBYTECODE=1 python3 - >&2
+}
+
 # A free TCP port on loopback.
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -30,6 +80,13 @@ cluster_ticks() {
     total=$(process_ticks "$1")
     for child in $(pgrep -P "$1"); do total=$((total + $(process_ticks "$child"))); done
     echo "$total"
+}
+
+# Sets what the CPU-time figures read: postmaster (the process id of the cluster at
+# OWNER_URL, for cluster_ticks) and ticks_per_second.
+find_postmaster() {
+    postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
+    ticks_per_second=$(getconf CLK_TCK)
 }
 
 # `ferry serve` processes (several share one port: FERRY_SHARE_PORT), for every script

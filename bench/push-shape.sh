@@ -30,13 +30,9 @@ BATCH=${BATCH:-50}
 MAX_COST_RATIO=${MAX_COST_RATIO:-1.05}
 [ "$BATCH" -le 99 ] || { echo "BATCH must be at most 99 (two-digit id suffix)" >&2; exit 1; }
 
-swift build --product ferry >&2
-FERRY=$(swift build --show-bin-path)/ferry
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+build_release
+migrate_database puzzle
+make_scratch_folder
 
 grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/Sync/SyncRoutes.swift ||
     { echo "the push statement changed: update bench/push-shape.sh" >&2; exit 1; }
@@ -86,8 +82,7 @@ script "select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
 from (select pg_catalog.format(:template, :seq::bigint)::jsonb as body) request;" >"$tmp/before.sql"
 script "select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);" >"$tmp/after.sql"
 
-postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
-ticks_per_second=$(getconf CLK_TCK)
+find_postmaster
 # "tx/s µs-of-PostgreSQL-CPU-per-push" for one run of script $1 with mutation numbers from $2.
 measure() {
     local output count pg0 pg1

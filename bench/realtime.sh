@@ -63,17 +63,13 @@ GOAL_SSE_BYTES=${GOAL_SSE_BYTES:-4096}
 GOAL_WEBSOCKET_BYTES=${GOAL_WEBSOCKET_BYTES:-12288}
 GOAL_BROADCAST_MS=${GOAL_BROADCAST_MS:-250}
 
-swift build -c release --product ferry >&2
-swift build -c release --product ferry-load >&2
-BIN=$(swift build -c release --show-bin-path)
-FERRY=$BIN/ferry
+build_release ferry-load
 LOAD=$BIN/ferry-load
+make_scratch_folder
 # The broadcast's floor: bare loopback TCP, one write per connection (bench/tcp-floor.c).
-FLOOR=$(mktemp)
+FLOOR=$tmp/tcp-floor
 cc -O2 -o "$FLOOR" bench/tcp-floor.c
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
+migrate_database
 psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >/dev/null <<'SQL'
 create table if not exists public.bench_items (id text primary key, user_id uuid not null, n int);
 select ferry.register_table('public.bench_items', strategy => 'lww');
@@ -88,13 +84,6 @@ most=$BROADCAST_STREAMS
 for n in $LATENCY_STREAMS $IDLE_STREAMS; do [ "$n" -gt "$most" ] && most=$n; done
 gateways_for() { echo $((($1 + streams_per_gateway - 1) / streams_per_gateway)); }
 echo "open-file limit $(ulimit -n): up to $streams_per_gateway streams per gateway process" >&2
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp" "$FLOOR"
-}
-trap cleanup EXIT
 
 choose_gateway_address
 

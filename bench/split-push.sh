@@ -26,19 +26,10 @@ LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-2}
 MAX_RATIO=${MAX_RATIO:-2}
 
-swift build -c release --product ferry >&2
-CURRENT=$(swift build -c release --show-bin-path)/ferry
-compared_binaries "$CURRENT"
-OWNER_URL=$("$CURRENT" db url)
-"$CURRENT" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+build_release
+compared_binaries "$FERRY"
+migrate_database puzzle
+make_scratch_folder
 
 # Prints "<split p50> <split p90> <one-write p50> <one-write p90>" in ms for $1 pushes of
 # each kind to $port.

@@ -28,21 +28,12 @@ LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-2}
 GOAL_BYTES=${GOAL_BYTES:-64}
 
-swift build -c release --product ferry >&2
-swift build -c release --product ferry-load >&2
-BIN=$(swift build -c release --show-bin-path)
-FERRY=${FERRY:-$BIN/ferry}
+served_by=${FERRY:-}
+build_release ferry-load
+FERRY=${served_by:-$FERRY}
 LOAD=$BIN/ferry-load
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+migrate_database
+make_scratch_folder
 
 choose_gateway_address
 start_gateways 1 127.0.0.1

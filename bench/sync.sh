@@ -60,18 +60,9 @@ MIN_STATEMENT_RATIO=${MIN_STATEMENT_RATIO:-0.9}
 [ "$PULL_USERS" -le 120 ] || { echo "PULL_USERS must be at most 120 (pgbench scripts)" >&2; exit 1; }
 [ "$BATCH" -le 99 ] || { echo "BATCH must be at most 99 (two-digit id suffix)" >&2; exit 1; }
 
-swift build -c release --product ferry >&2
-FERRY=$(swift build -c release --show-bin-path)/ferry
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/puzzle >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+build_release
+migrate_database puzzle
+make_scratch_folder
 
 
 # wrk's connections rotate over PULL_USERS users, so a user may have a few pulls in flight
@@ -97,42 +88,19 @@ grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryG
 # Writes: pull.tsv (token, sealed cursor), pull_<i>.sql and one_<i>.sql (pgbench pull
 # scripts with that user's identity and raw cursor), push.tsv (tokens), and the table
 # bench_sync.push_devices (pgbench push clients' identities, by client id).
-SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES \
-    PGBENCH_CLIENTS=$PGBENCH_CLIENTS ROWS=$ROWS CHANGES=$CHANGES PULL_LIMIT=$PULL_LIMIT python3 - <<'PY' >&2
-import base64, json, os, subprocess, urllib.request, uuid
+PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES PGBENCH_CLIENTS=$PGBENCH_CLIENTS ROWS=$ROWS CHANGES=$CHANGES \
+    PULL_LIMIT=$PULL_LIMIT set_up_with_python <<'PY'
+import base64
 from concurrent.futures import ThreadPoolExecutor
+from lib import *
 
-env = os.environ
-base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
 pull_users, push_devices, clients = int(env["PULL_USERS"]), int(env["PUSH_DEVICES"]), int(env["PGBENCH_CLIENTS"])
 rows, changes, limit = int(env["ROWS"]), int(env["CHANGES"]), int(env["PULL_LIMIT"])
 
-def call(method, path, token=None, body=None):
-    request = urllib.request.Request(base + path, method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})})
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)
-
-def claims(token):
-    payload = token.split(".")[1]
-    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-
-def sign_up(_):
-    device = str(uuid.uuid4())
-    token = call("POST", "/v1/auth/anonymous", body={"device_id": device})["session"]["access_token"]
-    c = claims(token)
-    assert c["did"] == device
-    return {"token": token, "uid": c["sub"], "did": c["did"], "sid": c["sid"]}
-
-with ThreadPoolExecutor(8) as pool:
-    users = list(pool.map(sign_up, range(pull_users + push_devices + clients)))
+users = sign_up_many(pull_users + push_devices + clients)
 pulls, pushes, bench = users[:pull_users], users[pull_users:pull_users + push_devices], users[pull_users + push_devices:]
 
-def psql(sql):
-    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], input=sql, text=True, check=True)
-
-ids = ",".join("'%s'" % u["uid"] for u in users)
+ids = uuid_list(users)
 psql(f"""
 insert into public.daily_challenges (user_id, day, seconds)
 select u, date '2020-01-01' + g, g from unnest(array[{ids}]::uuid[]) u, generate_series(0, {rows - 1}) g;
@@ -156,7 +124,7 @@ def first_load(u):
 with ThreadPoolExecutor(8) as pool:
     list(pool.map(first_load, pulls))
 
-pull_ids = ",".join("'%s'" % u["uid"] for u in pulls)
+pull_ids = uuid_list(pulls)
 psql(f"""update public.daily_challenges set seconds = seconds + 1
          where user_id = any(array[{pull_ids}]::uuid[]) and day < date '2020-01-01' + {changes};""")
 # Each cursor now answers exactly `changes` rows.
@@ -238,8 +206,7 @@ check_push_batch "$base" "$token" "$template" "$BATCH"
 # CPU time, as a check on the rates (the machine is shared, so a rate also says how
 # much of it this run got): clock ticks of this cluster (the postmaster with the reaped
 # backends of earlier runs, plus its live children) and of the gateway.
-postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
-ticks_per_second=$(getconf CLK_TCK)
+find_postmaster
 # "rate µs-of-PostgreSQL-CPU-per-op µs-of-gateway-CPU-per-op" for one run of "$@".
 measure() {
     local kind=$1 output rate count pg0 gw0 pg1 gw1

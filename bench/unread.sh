@@ -22,19 +22,10 @@ LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-2}
 MAX_GROWTH_MB=${MAX_GROWTH_MB:-64}
 
-swift build -c release --product ferry >&2
-CURRENT=$(swift build -c release --show-bin-path)/ferry
-compared_binaries "$CURRENT"
-OWNER_URL=$("$CURRENT" db url)
-"$CURRENT" migrate --database-url "$OWNER_URL" --sql-root sql >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+build_release
+compared_binaries "$FERRY"
+migrate_database
+make_scratch_folder
 
 # Prints the growth in MB (10^6 bytes) of process $1's VmRSS while $2 connections to
 # $port flood it for $3 seconds.

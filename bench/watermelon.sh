@@ -56,18 +56,9 @@ MAX_FAILING_SECONDS=${MAX_FAILING_SECONDS:-5}
 [ "$RECORDS" -le "$ROWS" ] && [ "$RECORDS" -le 999 ] ||
     { echo "RECORDS must be at most ROWS and at most 999" >&2; exit 2; }
 
-swift build -c release --product ferry >&2
-FERRY=$(swift build -c release --show-bin-path)/ferry
-OWNER_URL=$("$FERRY" db url)
-"$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql --dir sql/examples/tasks >&2
-GATEWAY_URL=$(echo "$OWNER_URL" | sed 's|://postgres@|://ferry_gateway@|')
-
-tmp=$(mktemp -d)
-cleanup() {
-    stop_gateways
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+build_release
+migrate_database tasks
+make_scratch_folder
 
 # wrk's connections rotate over the users, so a user may have several requests in flight,
 # and a device pushes faster than its budget: not what this measures (bench/fairness.sh).
@@ -80,36 +71,18 @@ ferry_pid=${gateway_pids[0]}
 # Setup through the API, rows seeded as the owner. Writes native_pull.tsv and
 # watermelon_pull.tsv (token, path), push.tsv (tokens) and watermelon_push.tsv (token,
 # path with the device's timestamp).
-SETUP_BASE=$base OWNER_URL=$OWNER_URL TMP=$tmp PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES \
-    ROWS=$ROWS RECORDS=$RECORDS python3 - <<'PY' >&2
-import json, os, subprocess, urllib.request, uuid
+PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES ROWS=$ROWS RECORDS=$RECORDS set_up_with_python <<'PY'
 from concurrent.futures import ThreadPoolExecutor
+from lib import *
 
-env = os.environ
-base, tmp, owner = env["SETUP_BASE"], env["TMP"], env["OWNER_URL"]
 pull_users, push_devices = int(env["PULL_USERS"]), int(env["PUSH_DEVICES"])
 rows, records = int(env["ROWS"]), int(env["RECORDS"])
 WATERMELON = "/v1/watermelon/sync?last_pulled_at={}&schema_version=1&migration=null"
 
-def call(method, path, token=None, body=None):
-    request = urllib.request.Request(base + path, method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})})
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)
-
-def sign_up(_):
-    answer = call("POST", "/v1/auth/anonymous", body={"device_id": str(uuid.uuid4())})
-    return {"token": answer["session"]["access_token"], "uid": answer["user"]["id"]}
-
-with ThreadPoolExecutor(8) as pool:
-    users = list(pool.map(sign_up, range(pull_users + push_devices)))
+users = sign_up_many(pull_users + push_devices)
 pulls, pushes = users[:pull_users], users[pull_users:]
 
-def psql(sql):
-    subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", owner], input=sql, text=True, check=True)
-
-ids = ",".join("'%s'" % u["uid"] for u in pulls)
+ids = uuid_list(pulls)
 psql(f"""
 insert into public.tasks (user_id, id, title, position, metadata)
 select u, 'seed-' || g, 'task ' || g, g, '{{"due_at": "2026-01-01"}}'
@@ -226,8 +199,7 @@ answer=$(curl -s -X POST "$base$path" -H "Authorization: Bearer $token" -H 'Cont
     -d "$(sed 's/@/2/g' "$tmp/watermelon_push.json")")
 [ "$answer" = "{}" ] || { echo "the WatermelonDB push was not applied whole: $answer" >&2; exit 1; }
 
-postmaster=$(head -1 "$(psql -Atq "$OWNER_URL" -c 'show data_directory')/postmaster.pid")
-ticks_per_second=$(getconf CLK_TCK)
+find_postmaster
 # "rate µs-of-PostgreSQL-CPU-per-request µs-of-gateway-CPU-per-request" for one wrk run.
 measure() {
     local output rate count pg0 gw0 pg1 gw1

@@ -11,7 +11,8 @@ enum DatabaseCommand: Command {
           start   create the cluster under .ferry/ on first use, start it, create the database 'ferry'
           stop    stop it (fast shutdown)
           status  say whether it runs; exit 0 when running, 3 when stopped or not created
-          url     print the superuser URL, e.g. postgresql://postgres@127.0.0.1:54329/ferry
+          url     print the superuser URL of the running cluster, e.g.
+                  postgresql://postgres@127.0.0.1:15329/ferry; exit 3 when it is stopped or not created
           reset   stop it and delete its data (.ferry/dev-secret stays)
         """
     static let settings: [Setting] = developmentDatabaseSettings
@@ -60,10 +61,21 @@ enum DatabaseCommand: Command {
                     printLine("running (pid \(pid)) at \(database.url(port: port)), log \(database.logFile.path)")
                 }
             case "url":
-                if case .running(_, let port) = try database.status() {
+                // Only a server running on this cluster: whatever answers on the port of a
+                // stopped or missing one may be another project's database.
+                switch try database.status() {
+                case .absent:
+                    printError(
+                        "ferry db url: no development database here (\(database.displayPath(database.clusterLink)) "
+                            + "does not exist): run it in the folder where ferry dev or ferry db start made one")
+                    return notRunning
+                case .stopped:
+                    printError(
+                        "ferry db url: the development database in \(database.displayPath(database.clusterLink)) "
+                            + "is stopped (ferry db start starts it)")
+                    return notRunning
+                case .running(_, let port):
                     printLine(database.url(port: port))
-                } else {
-                    printLine(database.url(port: database.port))
                 }
             case "reset":
                 try database.reset()

@@ -9,11 +9,13 @@ enum DevCommand: Command {
     static let name = "dev"
     static let summary = "run a local gateway with an embedded PostgreSQL under .ferry/"
     static let usage = """
-        ferry dev [options]
+        ferry dev [--example puzzle|tasks|none] [--dir <directory>]… [options]
 
         Starts the embedded PostgreSQL (creating it under .ferry/ on first use), applies
-        sql/ferry and the example app's migrations, keeps a JWT secret in .ferry/dev-secret,
-        and serves until Ctrl-C. The gateway connects as ferry_gateway, as in production.
+        sql/ferry, the example app's migrations (none with --example none), then each --dir
+        in the order given (your app's own, as ferry migrate --dir applies them), keeps a
+        JWT secret in .ferry/dev-secret, and serves until Ctrl-C. The gateway connects as
+        ferry_gateway, as in production.
         Ctrl-C stops the server, then PostgreSQL, unless PostgreSQL was already running
         when ferry dev started (then it is left running, like you left it).
         Other FERRY_* variables of 'ferry serve' (FERRY_THREADS, FERRY_LOG_FORMAT, …) apply.
@@ -21,7 +23,12 @@ enum DevCommand: Command {
     static let settings: [Setting] =
         DatabaseCommand.developmentDatabaseSettings + [
             Setting("listen", env: "FERRY_LISTEN", default: "127.0.0.1:8080", help: "address to serve HTTP on"),
-            Setting("example", default: "puzzle", help: "example app whose migrations to apply (puzzle or tasks)"),
+            Setting(
+                "example", default: "puzzle", help: "example app whose migrations to apply (puzzle, tasks or none)"),
+            Setting(
+                "dir", env: "FERRY_MIGRATE_DIRS",
+                help: "a directory of your own migrations, applied after the example's; labelled by its name",
+                isRepeatable: true),
             Setting(
                 "sql-root", env: "FERRY_SQL_ROOT", default: "sql",
                 help: "directory holding ferry/ and examples/, relative to the current directory"),
@@ -29,13 +36,17 @@ enum DevCommand: Command {
 
     /// The example apps `--example` accepts (directories under sql/examples).
     static let examples = ["puzzle", "tasks"]
+    /// The `--example` that applies no example app.
+    static let noExample = "none"
 
     static func run(_ values: SettingValues) throws -> Int32 {
-        let example = try values.choice("example", examples)!
+        let example = try values.choice("example", examples + [noExample])!
         let listen = values.string("listen")!
         let sqlRoot = values.string("sql-root")!
-        try MigrateCommand.checkDirectories(
-            sqlRoot: sqlRoot, [(sqlRoot as NSString).appendingPathComponent("examples/\(example)")], values)
+        let directories =
+            (example == noExample ? [] : [(sqlRoot as NSString).appendingPathComponent("examples/\(example)")])
+            + values.strings("dir")
+        try MigrateCommand.checkDirectories(sqlRoot: sqlRoot, directories, values)
         let database = try DatabaseCommand.database(values)
         let startedDatabase: Bool
         do {
@@ -46,7 +57,8 @@ enum DevCommand: Command {
         }
         let status: Int32
         do {
-            status = try serve(database, example: example, listen: listen, sqlRoot: sqlRoot)
+            status = try serve(
+                database, migrator: Migrator(sqlRoot: sqlRoot, extraDirectories: directories), listen: listen)
         } catch {
             stop(database, startedHere: startedDatabase)
             throw error
@@ -69,17 +81,13 @@ enum DevCommand: Command {
         }
     }
 
-    /// Migrates, then serves until the gateway returns; the database is up.
-    private static func serve(_ database: DevDatabase, example: String, listen: String, sqlRoot: String) throws
-        -> Int32
-    {
+    /// Migrates with `migrator`, then serves until the gateway returns; the database is up.
+    private static func serve(_ database: DevDatabase, migrator: Migrator, listen: String) throws -> Int32 {
         guard case .running(_, let port) = try database.status() else {
             printError("ferry dev: PostgreSQL stopped unexpectedly (log: \(database.logFile.path))")
             return ExitStatus.failure
         }
         let ownerURL = database.url(port: port)
-        let exampleDirectory = (sqlRoot as NSString).appendingPathComponent("examples/\(example)")
-        let migrator = Migrator(sqlRoot: sqlRoot, extraDirectories: [exampleDirectory])
         let migrated = try runBlocking {
             do {
                 try await MigrateCommand.withClient(ownerURL) { client in
@@ -111,7 +119,7 @@ enum DevCommand: Command {
         printLine(
             """
 
-            Ferry dev: \(base)  (database \(ownerURL), example \(example))
+            Ferry dev: \(base)  (database \(ownerURL), migrations \(migrator.directories.map(\.label).joined(separator: ", ")))
             Try:
               curl -i \(base)/healthz
               curl -i \(base)/readyz

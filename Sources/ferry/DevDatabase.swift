@@ -23,8 +23,13 @@ import Foundation
 /// its socket directory in `/tmp/ferry-<hash>/` instead.
 struct DevDatabase {
     /// The port when `FERRY_DEV_PG_PORT` is not set: uncommon, so it does not clash
-    /// with a system PostgreSQL on 5432.
-    static let defaultPort = 54329
+    /// with a system PostgreSQL on 5432, no well-known service's (/etc/services), and
+    /// below Linux's ephemeral range (32768–60999, `net.ipv4.ip_local_port_range`), where
+    /// any outgoing connection may hold a port for a while, free as it looked.
+    static let defaultPort = 15329
+    /// The default before ``defaultPort``, inside the ephemeral range: a cluster started
+    /// on it keeps running there, and `start` says how to move it.
+    static let formerDefaultPort = 54329
     /// The superuser initdb creates; also the user name in ``url``.
     static let superuser = "postgres"
     /// The database `ferry dev` and the tests' maintenance connection use.
@@ -142,7 +147,13 @@ struct DevDatabase {
         case .running(let pid, let actualPort):
             runningPort = actualPort
             var line = "PostgreSQL already running (pid \(pid)) at \(url(port: actualPort))"
-            if actualPort != port { line += " (port \(port) asked for: run 'ferry db stop' first to move it)" }
+            if actualPort == Self.formerDefaultPort && port == Self.defaultPort {
+                line +=
+                    " (the former default port: the default is now \(port), below the ports Linux lends to "
+                    + "outgoing connections; run 'ferry db stop' first to move it)"
+            } else if actualPort != port {
+                line += " (port \(port) asked for: run 'ferry db stop' first to move it)"
+            }
             report(line)
         case .stopped, .absent:
             try launch(binaries)

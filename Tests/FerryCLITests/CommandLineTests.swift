@@ -66,7 +66,7 @@ import Testing
         #expect(elsewhere.errors.contains("FERRY_MIGRATE_DATABASE_URL") && !elsewhere.errors.contains("ferry dev"))
 
         // The checkout's development database, which make test runs (its port is the test server's).
-        let port = try TestDatabase.maintenanceConfiguration().parameters["port"] ?? "54329"
+        let port = try TestDatabase.maintenanceConfiguration().parameters["port"] ?? "15329"
         let development = ["FERRY_DEV_STATE_DIR": Self.root + "/.ferry", "FERRY_DEV_PG_PORT": port]
         let status = try await runFerry(["db", "status"], databaseURL: nil, environment: development)
         let here = try await runFerry(["migrate"], databaseURL: nil, environment: development)

@@ -16,7 +16,9 @@ import Testing
         try await ThrowawayDevState.with { dev in
             let absent = try await dev.db("status")
             #expect(absent.status == 3 && absent.output.hasPrefix("no cluster yet in "), "\(absent.output)")
-            #expect(try await dev.db("url").lines == [dev.url], "url names the port asked for before any start")
+            let none = try await dev.db("url")
+            #expect(none.status == 3 && none.output.isEmpty, "no URL before any start: \(none.output)")
+            #expect(none.errors.hasPrefix("ferry db url: no development database here ("), "\(none.errors)")
 
             let created = try await dev.db("start")
             #expect(created.status == 0, "\(created.output)\(created.errors)")
@@ -37,6 +39,13 @@ import Testing
                 moved.output.contains("(port \(elsewhere) asked for: run 'ferry db stop' first to move it)"),
                 "\(moved.output)")
             #expect(try await dev.db("url", port: elsewhere).lines == [dev.url])
+            // Another folder's `ferry db url` names no database, though this one answers on its port.
+            let otherFolder = dev.root.appendingPathComponent("elsewhere/.ferry").path
+            let outside = try await runFerry(
+                ["db", "url"], databaseURL: nil,
+                environment: ["FERRY_DEV_STATE_DIR": otherFolder, "FERRY_DEV_PG_PORT": String(dev.port)])
+            #expect(outside.status == 3 && outside.output.isEmpty, "\(outside.output)")
+            #expect(outside.errors.contains("no development database here"), "\(outside.errors)")
 
             let stopped = try await dev.db("stop")
             #expect(stopped.status == 0 && stopped.lines == ["stopped PostgreSQL"], "\(stopped.output)")
@@ -44,6 +53,9 @@ import Testing
             let down = try await dev.db("status")
             #expect(down.status == 3 && down.output.hasPrefix("stopped (cluster in "), "\(down.output)")
             await #expect(throws: PostgresError.self) { try await dev.query("select 1") }
+            let stoppedURL = try await dev.db("url")
+            #expect(stoppedURL.status == 3 && stoppedURL.output.isEmpty, "\(stoppedURL.output)")
+            #expect(stoppedURL.errors.contains(" is stopped (ferry db start starts it)"), "\(stoppedURL.errors)")
 
             // Started again, the cluster is the same one: its data stayed.
             let restarted = try await dev.db("start")
@@ -103,6 +115,68 @@ import Testing
             #expect(ending == .exited(0) && !killed, "\(output)")
             #expect(output.contains("stopped PostgreSQL"), "\(output)")
             #expect(try await dev.db("status").status == 3, "ferry dev stops the database it started")
+        }
+    }
+
+    @Test func devWithExampleNoneAndADirServesTheAppsOwnTablesAlone() async throws {
+        let app = try MigrationFiles(
+            [
+                "0001_notes.sql": """
+                create table public.notes (
+                    id text not null, user_id uuid not null, body text not null default '', primary key (user_id, id));
+                select ferry.register_table('public.notes', strategy => 'lww');
+                """
+            ], label: "notes_app")
+        defer { app.remove() }
+        try await ThrowawayDevState.with { dev in
+            let (child, port, log) = try await dev.startDev(["--example", "none", "--dir", app.directory.path])
+            let ledger = try await dev.query("select name from ferry.schema_migrations order by name")
+            #expect(ledger.contains("notes_app/0001_notes.sql"), "\(ledger)")
+            #expect(
+                !ledger.contains { $0?.hasPrefix("puzzle/") == true || $0?.hasPrefix("tasks/") == true }, "\(ledger)")
+            #expect(try await dev.query("select to_regclass('public.daily_challenges')::text") == [nil])
+
+            // The app's table syncs through the gateway: a push applied, then pulled back.
+            let signedUp = try await call(
+                "POST", "/v1/auth/anonymous", port: port, json: ["device_id": UUID().uuidString])
+            let token = try #require(signedUp.string("session", "access_token"), "\(signedUp)")
+            let pushed = try await call(
+                "POST", "/v1/push", port: port, token: token,
+                json: [
+                    "mutations": [
+                        ["id": 1, "table": "notes", "op": "upsert", "row": ["id": "n1", "body": "mine"]]
+                            as [String: Any]
+                    ]
+                ])
+            let results = pushed.value("results") as? [[String: Any]]
+            #expect(results?.first?["status"] as? String == "applied", "\(pushed)")
+            let pulled = try await call("GET", "/v1/pull", port: port, token: token)
+            let notes = (pulled.value("changes") as? [String: Any])?["notes"] as? [String: Any]
+            let upserts = notes?["upserts"] as? [[String: Any]]
+            #expect(upserts?.map { $0["body"] as? String } == ["mine"], "\(pulled)")
+
+            child.send(SIGTERM)
+            let (ending, killed) = try await offload { child.wait(seconds: 60) }
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(ending == .exited(0) && !killed, "\(output)")
+            #expect(output.contains(", migrations ferry, notes_app)"), "the banner names what it applied: \(output)")
+        }
+    }
+
+    @Test func devRefusesAnUnknownExampleOrAMissingDirBeforeStartingAnything() async throws {
+        try await ThrowawayDevState.with { dev in
+            let environment = dev.environment(port: dev.port)
+            let example = try await runFerry(
+                ["dev", "--example", "chess", "--sql-root", TestRepository.sqlRoot], databaseURL: nil,
+                environment: environment)
+            #expect(example.status == 2, "\(example.errors)")
+            #expect(example.errors == "ferry dev: invalid --example: chess (expected puzzle, tasks or none)\n")
+            let directory = try await runFerry(
+                ["dev", "--example", "none", "--dir", "/nonexistent/migrations", "--sql-root", TestRepository.sqlRoot],
+                databaseURL: nil, environment: environment)
+            #expect(directory.status == 2, "\(directory.errors)")
+            #expect(directory.errors == "ferry dev: invalid --dir: /nonexistent/migrations is not a directory\n")
+            #expect(!FileManager.default.fileExists(atPath: dev.stateDirectory.path), "nothing was created")
         }
     }
 
@@ -174,15 +248,15 @@ struct ThrowawayDevState {
         }
     }
 
-    /// Starts `ferry dev` on a free port of 127.0.0.1 with the checkout's `sql/` and waits
-    /// (120 s at most: initdb, start, migrations) until it answers `/healthz`. Returns the
-    /// process, its port and the file its output goes to.
-    func startDev() async throws -> (ChildProcess, port: Int, log: String) {
+    /// Starts `ferry dev` (with `arguments` besides) on a free port of 127.0.0.1 with the
+    /// checkout's `sql/` and waits (120 s at most: initdb, start, migrations) until it
+    /// answers `/healthz`. Returns the process, its port and the file its output goes to.
+    func startDev(_ arguments: [String] = []) async throws -> (ChildProcess, port: Int, log: String) {
         let port = try freePort()
         let log = root.appendingPathComponent("dev.log").path
         let child = try ChildProcess(
             try TestRepository.ferryExecutable().path,
-            ["dev", "--listen", "127.0.0.1:\(port)", "--sql-root", TestRepository.sqlRoot],
+            ["dev", "--listen", "127.0.0.1:\(port)", "--sql-root", TestRepository.sqlRoot] + arguments,
             environment: ["PATH": "/usr/bin:/bin"].merging(environment(port: self.port)) { _, given in given },
             output: log, errors: log)
         try await eventually("ferry dev answering /healthz on 127.0.0.1:\(port)", seconds: 120) {
