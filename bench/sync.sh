@@ -75,13 +75,13 @@ start_gateways 1 127.0.0.1
 ferry_pid=${gateway_pids[0]}
 
 # The identity statement (Identity.statementSQL) and the push and pull statements
-# (SyncRoutes.swift), as the gateway sends them.
+# (Queries/SyncQueries.swift), as the gateway sends them.
 identity_sql="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', :sid, true);"
-grep -q "set_config('ferry.session_id', \$3, true)" Sources/FerryGateway/Accounts/IdentityStatement.swift ||
+grep -q "set_config('ferry.session_id', \$3, true)" Sources/FerryGateway/Queries/IdentityStatement.swift ||
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
-grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Sync/SyncRoutes.swift ||
+grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the pull statement changed: update bench/sync.sh" >&2; exit 1; }
-grep -q 'let pushSQL = "select ferry.push_body($1, $2::integer)"' Sources/FerryGateway/Sync/SyncRoutes.swift ||
+grep -q 'static let sql = "select ferry.push_body($1, $2::integer) as answer"' Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the push statement changed: update bench/sync.sh" >&2; exit 1; }
 
 # Setup: sign-ups through the API, rows seeded as the owner, cursors through the API.
