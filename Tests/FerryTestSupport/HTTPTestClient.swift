@@ -99,16 +99,6 @@ public final class HTTPTestClient {
 
     deinit { close() }
 
-    /// The local end's port (the one the server sees the client come from).
-    public var localPort: Int {
-        var address = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     /// Changes how long each receive and send may wait, seconds.
     public func setTimeout(_ timeout: Double) {
         var time = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))

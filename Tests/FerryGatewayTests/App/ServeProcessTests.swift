@@ -203,16 +203,11 @@ import Testing
     /// the gateway grew by ~300 MB in 8 s): each stops being read past the write bound, so
     /// the process grows by less than 64 MB. Memory, not time: the flood lasts until no
     /// connection has taken a byte for a second (20 s at most), and a slower machine only
-    /// makes the server answer less. The bound itself is checked per connection, over
-    /// the real sockets: what the gateway logged as answered less what the kernels hold.
+    /// makes the server answer less.
     @Test func fiftyConnectionsThatReadNoAnswersGrowTheGatewayByLessThan64MB() async throws {
         try await AccountsDatabase.with { database in
             let port = try freePort()
-            let log = temporaryLog()
-            defer { try? FileManager.default.removeItem(atPath: log) }
-            // Debug: the access log has every /metrics answer, with its bytes and client.
-            let server = try startServe(
-                database.gatewayURL, port: port, log: log, environment: ["FERRY_LOG_LEVEL": "debug"])
+            let server = try startServe(database.gatewayURL, port: port)
             let first = try await firstClient(port: port)
             // Warm up what every answer uses (metrics, the log buffer), and let the memory
             // of starting up go back (it does within a second): the baseline.
@@ -246,47 +241,11 @@ import Testing
                 peak = max(peak, try Self.residentKiB(server))
                 if taken == 0 { try await Task.sleep(for: .milliseconds(20)) }
             }
-            try await Self.expectEachHeldAtTheWriteBound(clients, port: port, log: log)
             let growth = peak - before
             #expect(growth < 64_000_000 / 1024, "the gateway grew by \(growth / 1000) MB (\(before / 1000) MB before)")
             // The flooders are not read, but everyone else is.
             #expect(try HTTPTestClient(port: port).request("GET", "/healthz").status == 200)
             #expect(server.isRunning)
-        }
-    }
-
-    /// What the gateway holds for each of `clients` (which read nothing): the answers its
-    /// log says it wrote, less what the kernels hold (/proc/net/tcp). Past the write bound
-    /// (`FERRY_MAX_UNSENT_BYTES`, 256 KiB) it stops reading and what it had dispatched (16
-    /// pipelined requests at most, and the one being written) still goes out; at a quarter
-    /// of the bound or less it would read again.
-    static func expectEachHeldAtTheWriteBound(_ clients: [HTTPTestClient], port: Int, log: String) async throws {
-        let bound = 256 << 10
-        let line = #/route=/metrics .* bytes=(\d+) remote=127\.0\.0\.1:(\d+)/#
-        var answered: [Int: (total: Int, largest: Int)] = [:]
-        // The log is written from the loop a little after each answer: read it once it stops growing.
-        var text = ""
-        _ = try await eventuallyHolds(seconds: 10) {
-            let now = try String(contentsOfFile: log, encoding: .utf8)
-            defer { text = now }
-            try await Task.sleep(for: .milliseconds(200))
-            return now.utf8.count == text.utf8.count && !now.isEmpty
-        }
-        for match in text.matches(of: line) {
-            guard let bytes = Int(match.output.1), let client = Int(match.output.2) else { continue }
-            let sum = answered[client, default: (0, 0)]
-            answered[client] = (sum.total + bytes, max(sum.largest, bytes))
-        }
-        #expect(clients.count == 50, "the gateway closed \(50 - clients.count) of the flooders")
-        let ports = clients.map(\.localPort)
-        let queues = try #require(
-            try KernelSocketQueues.of(ports.flatMap { [($0, port), (port, $0)] }), "not in /proc/net/tcp")
-        for (index, client) in ports.enumerated() {
-            let (atClient, atServer) = (queues[2 * index], queues[2 * index + 1])
-            let sum = try #require(answered[client], "no answer logged for the client on port \(client)")
-            let held = sum.total - atServer.unacknowledged - atClient.unread
-            #expect(held > bound / 4, "client \(client): not reading at \(held) bytes held")
-            #expect(held <= bound + 17 * sum.largest, "client \(client): \(held) bytes held")
         }
     }
 
