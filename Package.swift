@@ -79,10 +79,12 @@ let package = Package(
         .executableTarget(name: "ferry-client-bench", dependencies: ["FerryClient", "CSQLite"]),
 
         // MARK: - Tests
-        /// Shared by the test targets: the PostgreSQL each test gets, small socket clients,
-        /// the built binaries run as child processes.
+        /// Shared by the test targets: the PostgreSQL each test gets (migrated when asked),
+        /// the in-process test gateway and its one secret, small socket clients, the built
+        /// binaries run as child processes.
         .target(
-            name: "FerryTestSupport", dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "CCrypto"],
+            name: "FerryTestSupport",
+            dependencies: ["FerryLoop", "FerryHTTP", "FerryPostgres", "FerryCommandLine", "FerryGateway", "CCrypto"],
             path: "Tests/FerryTestSupport"),
         // Need no PostgreSQL:
         .testTarget(name: "FerryLoopTests", dependencies: ["FerryLoop", "FerryTestSupport"]),

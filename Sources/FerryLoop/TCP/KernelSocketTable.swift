@@ -1,4 +1,3 @@
-import Foundation
 import Glibc
 
 /// Linux's table of TCP sockets (`/proc/net/tcp`, `/proc/net/tcp6`), read for the
@@ -17,8 +16,31 @@ struct KernelSocketTable {
     /// The table of `family` (`AF_INET` or `AF_INET6`) of this network namespace; empty
     /// when it cannot be read (not Linux, no /proc).
     static func read(family: Int32) -> KernelSocketTable {
-        let path = family == AF_INET6 ? "/proc/net/tcp6" : "/proc/net/tcp"
-        return KernelSocketTable((try? String(contentsOfFile: path, encoding: .utf8)) ?? "")
+        KernelSocketTable(readToEnd(family == AF_INET6 ? "/proc/net/tcp6" : "/proc/net/tcp") ?? "")
+    }
+
+    /// The whole of the file at `path`, read until `read` answers 0; nil when it cannot be
+    /// opened or a read fails.
+    ///
+    /// The kernel answers each `read` of the table with at most a page of lines, and the
+    /// file's size is 0: Foundation's `String(contentsOfFile:)` took the first short
+    /// answer for the end and saw only the first 26 sockets, so a listener further down
+    /// was never counted once the namespace held more.
+    static func readToEnd(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { return String(decoding: bytes, as: UTF8.self) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            bytes.append(contentsOf: chunk[..<count])
+        }
     }
 
     /// The inodes of the sockets listening on exactly `address`.

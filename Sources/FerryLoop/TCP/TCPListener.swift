@@ -119,9 +119,10 @@ extension TCPListener {
     /// listeners are bound, a count above 0 means another process bound the address
     /// in between, with `SO_REUSEPORT`, and now shares its connections.
     ///
-    /// The kernel writes the table a page at a time, so a read while other sockets open
-    /// and close can skip a line; the count is over the union of three reads, so one
-    /// skipped line does not hide a listener.
+    /// The kernel writes the table a page at a time, one `read` each, and resumes each
+    /// page by its place in a hash bucket: a socket of the same bucket closing between
+    /// two reads can shift a line past the reader. The count is over the union of three
+    /// whole reads, so one shifted line does not hide a listener.
     public static func otherListeners(on address: SocketAddress, excluding ours: Set<UInt64>) -> Int {
         let reads = (0..<3).map { _ in KernelSocketTable.read(family: address.family).listeners(on: address) }
         return reads.reduce(into: Set<UInt64>()) { $0.formUnion($1) }.subtracting(ours).count

@@ -1,6 +1,4 @@
 import FerryAuth
-import FerryCommandLine
-import FerryGateway
 import FerryTestSupport
 import Foundation
 import Glibc
@@ -12,34 +10,23 @@ import Testing
 // Ferry's SQL and the `tasks` example, an in-process gateway on it that can be
 // restarted on its port, the account steps over HTTP, and a log of a stream's events.
 
-/// The gateways' HS256 secret in these tests; never used outside them.
-let streamTestSecret = "client-stream-test-secret-client-stream!"
-
-/// An in-process gateway on a migrated test database, on a fixed loopback port so a
+/// A ``TestGateway`` on a migrated test database, on a fixed loopback port so a
 /// restarted one is at the same address.
 actor StreamTestGateway {
     let port: Int
-    private let databaseURL: String
-    private let arguments: [String]
-    private var gateway: Gateway?
+    private let gateway: TestGateway
 
     /// Creates and migrates a database (Ferry's SQL and the `tasks` example), starts a
     /// gateway on it as `ferry_gateway` with `arguments` added, runs `body`, stops and
     /// drops both.
     static func with<T>(arguments: [String] = [], _ body: (StreamTestGateway) async throws -> T) async throws -> T {
-        try await TestDatabase.with(prefix: "ferry_client") { database in
-            let admin = try await database.connect()
-            do {
-                try await Migrator(
-                    sqlRoot: TestRepository.sqlRoot, extraDirectories: [TestRepository.sqlRoot + "/examples/tasks"]
-                ).migrate(admin)
-                await admin.close()
-            } catch {
-                await admin.close()
-                throw error
-            }
+        try await MigratedDatabase.with(prefix: "ferry_client", examples: ["tasks"]) { database in
+            let port = try freePort()
+            // One loop of four connections: the suite's gateways share one PostgreSQL.
             let gateway = StreamTestGateway(
-                port: try freePort(), databaseURL: try database.url(user: "ferry_gateway"), arguments: arguments)
+                port: port,
+                gateway: TestGateway(
+                    databaseURL: database.gatewayURL, arguments: ["--threads", "1"] + arguments, port: port))
             do {
                 try await gateway.start()
                 let value = try await body(gateway)
@@ -52,35 +39,19 @@ actor StreamTestGateway {
         }
     }
 
-    private init(port: Int, databaseURL: String, arguments: [String]) {
+    private init(port: Int, gateway: TestGateway) {
         self.port = port
-        self.databaseURL = databaseURL
-        self.arguments = arguments
+        self.gateway = gateway
     }
 
     /// The URL a client is configured with.
     nonisolated var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
 
     /// Starts the gateway (after ``stop()``, again on the same port).
-    func start() throws {
-        let values = try SettingValues(
-            GatewayConfiguration.settings,
-            arguments: [
-                "--database-url", databaseURL, "--jwt-secret", streamTestSecret, "--listen", "127.0.0.1:\(port)",
-                // One loop of four connections: the suite's gateways share one PostgreSQL.
-                "--threads", "1", "--shutdown-timeout", "2",
-            ] + arguments, environment: [:])
-        let gateway = try Gateway(
-            configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))
-        _ = try gateway.start()
-        self.gateway = gateway
-    }
+    func start() async throws { try await gateway.start() }
 
     /// Shuts the gateway down (its streams close `1001`).
-    func stop() async {
-        await gateway?.shutdown()
-        gateway = nil
-    }
+    func stop() async { await gateway.stop() }
 
     // MARK: - The account steps
 
@@ -131,7 +102,7 @@ actor StreamTestGateway {
     nonisolated func token(for session: StreamTestSession, endingIn seconds: Int) throws -> String {
         let now = Int(Date().timeIntervalSince1970)
         return try signedAccessToken(
-            secret: streamTestSecret, userID: session.userID, sessionID: session.sessionID,
+            secret: testSecret, userID: session.userID, sessionID: session.sessionID,
             deviceID: session.deviceID, isAnonymous: true, now: now, expiresAt: now + seconds)
     }
 

@@ -4,8 +4,8 @@ import Foundation
 import Synchronization
 import Testing
 
-/// A 32-byte secret for tests; never used outside them.
-let clientTestSecret = "client-test-secret-client-test-secret"
+/// The gateway's secret, under the name these suites use: the kit's one ``testSecret``.
+let clientTestSecret = testSecret
 
 /// A real `ferry serve` (a child process, so a test can stop it and start it again on the
 /// same port) on a fresh database migrated with Ferry's SQL and both example apps
@@ -32,14 +32,8 @@ final class DemoGateway: Sendable {
     static func with(
         environment: [String: String] = [:], _ body: (DemoGateway) async throws -> Void
     ) async throws {
-        try await TestDatabase.with(prefix: "ferry_client") { database in
-            let migrated = try await runFerry(
-                [
-                    "migrate", "--sql-root", TestRepository.sqlRoot, "--dir",
-                    TestRepository.sqlRoot + "/examples/puzzle",
-                    "--dir", TestRepository.sqlRoot + "/examples/tasks",
-                ], databaseURL: database.url)
-            try #require(migrated.status == 0, "ferry migrate: \(migrated.errors)")
+        try await MigratedDatabase.with(prefix: "ferry_client", examples: ["puzzle", "tasks"]) { migrated in
+            let database = migrated.database
             let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
                 "ferry-demo-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -58,7 +52,7 @@ final class DemoGateway: Sendable {
         let log = folder.appendingPathComponent("serve.log").path
         var environment = [
             "PATH": "/usr/bin:/bin", "FERRY_DATABASE_URL": try database.url(user: "ferry_gateway"),
-            "FERRY_JWT_SECRET": clientTestSecret, "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2",
+            "FERRY_JWT_SECRET": testSecret, "FERRY_LISTEN": "127.0.0.1:\(port)", "FERRY_THREADS": "2",
             "FERRY_SHUTDOWN_TIMEOUT": "2", "FERRY_ANONYMOUS_SIGNUPS_PER_HOUR": "100000",
             "FERRY_FAILED_SIGNINS_PER_HOUR": "100000", "FERRY_PUSH_BYTES_PER_SECOND": "100000000",
             "FERRY_REQUESTS_PER_DEVICE": "16", "FERRY_REQUESTS_PER_USER": "32", "FERRY_LOG_LEVEL": "warning",

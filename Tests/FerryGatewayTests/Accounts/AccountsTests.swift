@@ -1,5 +1,4 @@
 import FerryAuth
-import FerryCommandLine
 import FerryTestSupport
 import Foundation
 import Testing
@@ -10,8 +9,6 @@ import Testing
 /// cache remembers only tokens that verified, and what can change (times, revocation)
 /// is checked on every request anyway.
 @Suite(.tagSelection) struct AccountsTests {
-    static let secret = String(repeating: "cache-secret-", count: 3)
-
     func claims(expiresIn seconds: Int = 3600) -> AccessTokenClaims {
         let now = Int(Date().timeIntervalSince1970)
         return AccessTokenClaims(
@@ -20,11 +17,9 @@ import Testing
     }
 
     func accounts() throws -> Accounts {
-        let values = try SettingValues(
-            GatewayConfiguration.settings,
-            arguments: ["--database-url", "postgresql://unused", "--jwt-secret", Self.secret], environment: [:])
-        return Accounts(
-            configuration: try GatewayConfiguration(values), logger: Logger(format: .text, fileDescriptor: 2))
+        Accounts(
+            configuration: try TestGateway.configuration(databaseURL: "postgresql://unused"),
+            logger: Logger(format: .text, fileDescriptor: 2))
     }
 
     @Test func goodTokensAreRememberedAndForgedOnesAreNot() throws {

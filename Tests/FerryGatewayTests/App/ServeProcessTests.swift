@@ -111,7 +111,7 @@ import Testing
                 database.url, port: port, log: log, environment: ["FERRY_DATABASE_WAIT": "120s"])
             try #require(try await waitForLog(log, "waiting for the database", of: server).contains("never migrated"))
             let admin = try await database.connect()
-            try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: []).migrate(admin)
+            try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: []).migrate(admin)
             await admin.close()
             let text = try await waitForLog(log, "serving", of: server, seconds: 60)
             #expect(text.contains("serving listen=127.0.0.1:\(port)"), "\(text)")

@@ -8,7 +8,7 @@ import Testing
 /// `sql/examples/puzzle` and `sql/examples/tasks`: both migrate on a fresh database after
 /// `sql/ferry`, register every table with its strategy, and take pushes as `ferry_client`.
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct ExampleAppsTests {
-    static let directories = ["puzzle", "tasks"].map { MigratorTests.sqlRoot + "/examples/" + $0 }
+    static let directories = ["puzzle", "tasks"].map { TestRepository.sqlRoot + "/examples/" + $0 }
 
     static let strategies: [[String?]] = [
         ["achievements", "set"], ["active_game", "device_lock"], ["daily_challenges", "lww"],
@@ -19,7 +19,7 @@ import Testing
     /// A database migrated with sql/ferry (by AccountsDatabase), then both example apps.
     func withExamples(_ body: (AccountsDatabase) async throws -> Void) async throws {
         try await AccountsDatabase.with { database in
-            try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: Self.directories)
+            try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: Self.directories)
                 .migrate(database.admin)
             try await body(database)
         }

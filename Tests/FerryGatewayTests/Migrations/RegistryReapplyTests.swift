@@ -11,7 +11,7 @@ import Testing
 /// the file's templates as they are now.
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct RegistryReapplyTests {
     static let registry = "ferry/functions/registry.sql"
-    static let puzzle = MigratorTests.sqlRoot + "/examples/puzzle"
+    static let puzzle = TestRepository.sqlRoot + "/examples/puzzle"
 
     /// Makes the ledger's checksum of registry.sql differ from the file's, so that the next
     /// run applies the file again, unchanged.
@@ -57,7 +57,7 @@ import Testing
             #expect(triggerCount == "35", "5 per registered table")
 
             try await forgetTheRegistryFilesChecksum(database)
-            let migrator = Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [Self.puzzle])
+            let migrator = Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: [Self.puzzle])
             #expect(try await migrator.plan(database.admin).dryRunLines == ["would re-apply \(Self.registry)"])
             #expect(try await migrator.migrate(database.admin) == [Self.registry])
 
@@ -85,7 +85,7 @@ import Testing
             #expect(try await database.value("select count(*) from pg_trigger where tgname like 'ferry_cue%'") == "0")
 
             try await forgetTheRegistryFilesChecksum(database)
-            let applied = try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [Self.puzzle])
+            let applied = try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: [Self.puzzle])
                 .migrate(database.admin)
             #expect(applied == [Self.registry])
             let withoutReader = "select count(*) from ferry.synced_tables where pull_reader is null"
@@ -115,7 +115,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: copy) }
         try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: true)
         try FileManager.default.copyItem(
-            atPath: MigratorTests.sqlRoot + "/ferry", toPath: copy.appendingPathComponent("ferry").path)
+            atPath: TestRepository.sqlRoot + "/ferry", toPath: copy.appendingPathComponent("ferry").path)
         let migrator = Migrator(sqlRoot: copy.path, extraDirectories: [Self.puzzle])
         try await AccountsDatabase.with { database in
             try await migrator.migrate(database.admin)

@@ -1,4 +1,3 @@
-import FerryCommandLine
 import FerryGateway
 import FerryTestSupport
 import Foundation
@@ -68,16 +67,12 @@ import Testing
         let pipe = Pipe()
         let logger = Logger(
             format: format, minimumLevel: level, fileDescriptor: pipe.fileHandleForWriting.fileDescriptor)
-        let values = try SettingValues(
-            GatewayConfiguration.settings,
-            arguments: [
-                "--database-url", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", "--jwt-secret", testSecret,
-                "--listen", "127.0.0.1:0", "--threads", "1", "--shutdown-timeout", "2",
-            ], environment: [:])
-        let gateway = try Gateway(configuration: try GatewayConfiguration(values), logger: logger)
-        let address = try gateway.start()
-        for path in paths { _ = try get(path, port: address.port) }
-        await gateway.shutdown()
+        try await TestGateway.with(
+            databaseURL: "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2", arguments: ["--threads", "1"],
+            logger: logger
+        ) { _, port in
+            for path in paths { _ = try get(path, port: port) }
+        }
         try pipe.fileHandleForWriting.close()
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         return output.split(separator: "\n").map(String.init).filter {

@@ -13,8 +13,7 @@ import Testing
 
 // MARK: - A migrated database
 
-/// A fresh test database migrated with Ferry's own SQL, with a superuser connection for
-/// seeding and inspecting rows, and the URL the gateway logs in with.
+/// A ``MigratedDatabase`` with the account tests' own steps on it.
 struct AccountsDatabase: Sendable {
     /// The database (dropped after the test).
     let database: TestDatabase
@@ -26,20 +25,9 @@ struct AccountsDatabase: Sendable {
     /// Creates and migrates a database (with `sql/examples/<name>` for each of `examples`
     /// after Ferry's own SQL), runs `body`, drops the database.
     static func with<T>(examples: [String] = [], _ body: (AccountsDatabase) async throws -> T) async throws -> T {
-        try await TestDatabase.with(prefix: "ferry_accounts") { database in
-            let admin = try await database.connect()
-            do {
-                let directories = examples.map { MigratorTests.sqlRoot + "/examples/" + $0 }
-                try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: directories).migrate(admin)
-                let accounts = AccountsDatabase(
-                    database: database, admin: admin, gatewayURL: try Self.url(database.url, user: "ferry_gateway"))
-                let value = try await body(accounts)
-                await admin.close()
-                return value
-            } catch {
-                await admin.close()
-                throw error
-            }
+        try await MigratedDatabase.with(prefix: "ferry_accounts", examples: examples) { migrated in
+            try await body(
+                AccountsDatabase(database: migrated.database, admin: migrated.admin, gatewayURL: migrated.gatewayURL))
         }
     }
 

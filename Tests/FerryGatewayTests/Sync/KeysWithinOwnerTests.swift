@@ -31,7 +31,7 @@ import Testing
         try await TestDatabase.with(prefix: "ferry_keys") { database in
             let admin = try await database.connect()
             let lines = Mutex<[String]>([])
-            try await Migrator(sqlRoot: MigratorTests.sqlRoot, extraDirectories: [directory.path])
+            try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: [directory.path])
                 .migrate(admin) { line in lines.withLock { $0.append(line) } }
             let warnings = lines.withLock { $0 }.filter { $0.hasPrefix("warning:") }
             #expect(warnings.count == 1, "\(warnings)")
