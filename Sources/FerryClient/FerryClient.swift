@@ -41,6 +41,8 @@ public final class FerryClient: Sendable {
         public var retryBase: TimeInterval = 0.5
         public var retryCap: TimeInterval = 60
 
+        var retryPolicy: RetryPolicy { RetryPolicy(base: retryBase, cap: retryCap) }
+
         public init() {}
     }
 
@@ -99,8 +101,7 @@ public final class FerryClient: Sendable {
         account = Account(api: api, sessionStore: sessionStore, directory: directory, log: configuration.log)
         let current = self.current
         var settings = SyncEngine.Settings()
-        settings.backoffBase = configuration.retryBase
-        settings.backoffCap = configuration.retryCap
+        settings.retry = configuration.retryPolicy
         engine = SyncEngine(
             account: account, store: { current.withLock { $0.store } }, status: statusBroadcast,
             events: eventBroadcast, settings: settings, log: configuration.log)
@@ -176,6 +177,7 @@ public final class FerryClient: Sendable {
         do { local = try store.enqueue(operation, into: table, row) } catch let error as LocalStoreError {
             throw FerryError.local(error)
         }
+        FaultPoint.reach(.enqueueCommitted)
         // Counted again exactly after each push and pull; counting the outbox here would
         // make every enqueue cost as much as the outbox is long.
         statusBroadcast.update { $0.pendingMutations += 1 }
@@ -351,6 +353,7 @@ public final class FerryClient: Sendable {
         let account = self.account
         let events = eventBroadcast
         let log = configuration.log
+        let retry = configuration.retryPolicy
         let task = Task {
             var failures = 0
             while !Task.isCancelled {
@@ -367,7 +370,7 @@ public final class FerryClient: Sendable {
                 } catch {
                     if case FerryError.signedOut = error { return }
                     failures += 1
-                    let delay = Double.random(in: 0...min(60, 0.5 * pow(2, Double(min(failures, 10)))))
+                    let delay = retry.delay(afterFailures: failures)
                     log("refreshing the session failed (\(error)); retrying in \(String(format: "%.1f", delay)) s")
                     events.send(
                         .refreshFailed(error: (error as? FerryError) ?? .unreachable("\(error)"), retryIn: delay))

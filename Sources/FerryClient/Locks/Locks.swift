@@ -26,15 +26,14 @@ extension FerryClient {
         guard answer.status == 200 else {
             let error = answer.error
             if error.code == "lock_held" {
+                let fields = answer.errorFields
                 throw FerryError.lockHeld(
-                    holder: error.details["holder"]?.stringValue,
-                    heartbeatAge: error.details["heartbeat_age_ms"]?.integerValue.map { Double($0) / 1000 })
+                    holder: fields?.holder, heartbeatAge: fields?.heartbeatAgeMilliseconds.map { Double($0) / 1000 })
             }
             throw FerryError.server(error)
         }
-        let claim = LockClaim(
-            table: table, key: key, holder: answer.body?["holder"]?.stringValue ?? "",
-            heartbeatAt: answer.body?["heartbeat_at"]?.stringValue ?? "")
+        let claimed = try answer.decode(LockClaimAnswer.self, "a lock claim's answer")
+        let claim = LockClaim(table: table, key: key, holder: claimed.holder, heartbeatAt: claimed.heartbeatAt)
         if configuration.syncsAutomatically { startHeartbeat(table: table, key: key) }
         return claim
     }
@@ -48,7 +47,7 @@ extension FerryClient {
             if error.code == "lock_lost" {
                 stopHeartbeat(table: table, key: key)
                 eventBroadcast.send(.lockLost(table: table, key: key))
-                throw FerryError.lockLost(holder: error.details["holder"]?.stringValue)
+                throw FerryError.lockLost(holder: answer.errorFields?.holder)
             }
             throw FerryError.server(error)
         }
