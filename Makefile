@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help deps build db db-stop db-reset run test lint format schema bench clean
+.PHONY: help deps build db db-stop db-reset run test lint format schema docs bench clean
 
 # The toolchain lives in /opt/swift on the project's machines; elsewhere it is on PATH.
 ifeq ($(shell command -v swift 2>/dev/null),)
@@ -91,6 +91,22 @@ test: deps build lint ## lint, start PostgreSQL, run every test against it (in p
 
 schema: db ## regenerate sql/ferry/schema.sql (pg_dump of a scratch database migrated with sql/ferry)
 	sql/schema.sh
+
+# DocC without the swift-docc-plugin package (none can be fetched): a build of
+# FerryClient alone, in a scratch folder of its own so that it compiles (and emits its
+# symbol graph) whatever .build holds, then the toolchain's `docc convert`.
+DOCS_SCRATCH := .build/docs-scratch
+docs: ## build FerryClient's API reference from its /// comments (DocC) into .build/docs/FerryClient.doccarchive
+	@rm -rf .build/docs/FerryClient.doccarchive
+	@mkdir -p $(DOCS_SCRATCH)/symbol-graphs $(DOCS_SCRATCH)/ferry-client .build/docs
+	swift build --scratch-path $(DOCS_SCRATCH) --target FerryClient \
+	  -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/$(DOCS_SCRATCH)/symbol-graphs \
+	  -Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
+	cp $(DOCS_SCRATCH)/symbol-graphs/FerryClient*.symbols.json $(DOCS_SCRATCH)/ferry-client/
+	docc convert Sources/FerryClient/FerryClient.docc --additional-symbol-graph-dir $(DOCS_SCRATCH)/ferry-client \
+	  --fallback-display-name FerryClient --fallback-bundle-identifier org.ferry.FerryClient \
+	  --output-path .build/docs/FerryClient.doccarchive --warnings-as-errors
+	@echo "wrote .build/docs/FerryClient.doccarchive (serve it with any static server, or open it in Xcode)"
 
 bench: deps build db ## run the benchmarks in bench/
 	@if [ -x bench/run ]; then bench/run; else echo "no benchmarks yet (see bench/README.md)"; fi

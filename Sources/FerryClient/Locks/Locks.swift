@@ -4,9 +4,11 @@ import Foundation
 public struct LockClaim: Sendable, Hashable {
     /// The table and the key (the value of its non-owner key column, e.g. `current`).
     public var table: String
+    /// The key (the value of the table's non-owner key column).
     public var key: String
     /// The holder (this device) and the server's time of its last heartbeat.
     public var holder: String
+    /// The server's time of the holder's last heartbeat (RFC 3339).
     public var heartbeatAt: String
 }
 
