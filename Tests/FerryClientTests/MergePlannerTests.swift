@@ -294,3 +294,17 @@ func permutations<T>(_ items: [T]) -> [[T]] {
         return permutations(rest).map { [first] + $0 }
     }
 }
+
+@Suite(.tagSelection) struct PullPageTests {
+    @Test func aPullAnswerDecodesWithItsRowsAsTheyWereParsed() throws {
+        let json = try JSONValue(
+            json: Data(
+                #"{"changes": {"tasks": {"upserts": [{"id": "t", "n": 1, "x": {"a": [true]}}], "deletes": [{"id": "u"}]}}, "cursor": "c", "has_more": true, "last_mutation_id": 7}"#
+                    .utf8))
+        let page = try PullPage(json: json)
+        #expect(page.changes["tasks"]?.upserts == [["id": "t", "n": 1, "x": ["a": [true]]]])
+        #expect(page.changes["tasks"]?.deletes == [["id": "u"]])
+        #expect(page.cursor == "c" && page.hasMore && page.lastMutationID == 7)
+        #expect(throws: (any Error).self) { try PullPage(json: ["changes": [:], "has_more": false]) }
+    }
+}

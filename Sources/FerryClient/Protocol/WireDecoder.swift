@@ -11,6 +11,10 @@ struct WireDecoder {
         if let value = value as? T { return value }
         return try T(from: ValueDecoder(value: value, codingPath: []))
     }
+
+    /// The value `decoder` reads, when it is this decoder's: a wire type with many rows
+    /// takes them as they are instead of one container call per column.
+    static func value(of decoder: any Decoder) -> JSONValue? { (decoder as? ValueDecoder)?.value }
 }
 
 private struct ValueDecoder: Decoder {
