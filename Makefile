@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help deps build db db-stop db-reset run test sql-test lint format schema bench clean
+.PHONY: help deps build db db-stop db-reset run test sql-test lint format schema docs bench clean
 
 # The toolchain lives in /opt/swift on the project's machines; elsewhere it is on PATH.
 ifeq ($(shell command -v swift 2>/dev/null),)
@@ -98,6 +98,22 @@ sql-test: deps build db ## plpgsql_check over Ferry's PL/pgSQL and the pgTAP tes
 
 schema: db ## regenerate sql/ferry/schema.sql (pg_dump of a scratch database migrated with sql/ferry)
 	sql/schema.sh
+
+# DocC without the swift-docc-plugin package (none can be fetched): a build of
+# FerryClient alone, in a scratch folder of its own so that it compiles (and emits its
+# symbol graph) whatever .build holds, then the toolchain's `docc convert`.
+DOCS_SCRATCH := .build/docs-scratch
+docs: ## build FerryClient's API reference from its /// comments (DocC) into .build/docs/FerryClient.doccarchive
+	@rm -rf .build/docs/FerryClient.doccarchive
+	@mkdir -p $(DOCS_SCRATCH)/symbol-graphs $(DOCS_SCRATCH)/ferry-client .build/docs
+	swift build --scratch-path $(DOCS_SCRATCH) --target FerryClient \
+	  -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/$(DOCS_SCRATCH)/symbol-graphs \
+	  -Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
+	cp $(DOCS_SCRATCH)/symbol-graphs/FerryClient*.symbols.json $(DOCS_SCRATCH)/ferry-client/
+	docc convert Sources/FerryClient/FerryClient.docc --additional-symbol-graph-dir $(DOCS_SCRATCH)/ferry-client \
+	  --fallback-display-name FerryClient --fallback-bundle-identifier org.ferry.FerryClient \
+	  --output-path .build/docs/FerryClient.doccarchive --warnings-as-errors
+	@echo "wrote .build/docs/FerryClient.doccarchive (serve it with any static server, or open it in Xcode)"
 
 # The benchmarks' load generator and the baseline bench/http.sh compares with; a
 # target-specific value, so `make bench`'s deps installs them too and `make test`'s does not.

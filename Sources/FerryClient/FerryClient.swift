@@ -39,8 +39,12 @@ public final class FerryClient: Sendable {
         /// The backoff of a failed push or pull: the first retry within `retryBase` seconds,
         /// doubling (with full jitter) up to `retryCap`.
         public var retryBase: TimeInterval = 0.5
+        /// The longest wait between retries, in seconds (see ``retryBase``).
         public var retryCap: TimeInterval = 60
 
+        var retryPolicy: RetryPolicy { RetryPolicy(base: retryBase, cap: retryCap) }
+
+        /// The defaults, which suit an app.
         public init() {}
     }
 
@@ -99,8 +103,7 @@ public final class FerryClient: Sendable {
         account = Account(api: api, sessionStore: sessionStore, directory: directory, log: configuration.log)
         let current = self.current
         var settings = SyncEngine.Settings()
-        settings.backoffBase = configuration.retryBase
-        settings.backoffCap = configuration.retryCap
+        settings.retry = configuration.retryPolicy
         engine = SyncEngine(
             account: account, store: { current.withLock { $0.store } }, status: statusBroadcast,
             events: eventBroadcast, settings: settings, log: configuration.log)
@@ -176,6 +179,7 @@ public final class FerryClient: Sendable {
         do { local = try store.enqueue(operation, into: table, row) } catch let error as LocalStoreError {
             throw FerryError.local(error)
         }
+        FaultPoint.reach(.enqueueCommitted)
         // Counted again exactly after each push and pull; counting the outbox here would
         // make every enqueue cost as much as the outbox is long.
         statusBroadcast.update { $0.pendingMutations += 1 }
@@ -186,7 +190,7 @@ public final class FerryClient: Sendable {
         return local
     }
 
-    /// ``enqueue(_:into:_:)-5x3bm`` with a row of the app's own `Encodable` type (its
+    /// ``enqueue(_:into:_:)-(_,_,FerryRow)`` with a row of the app's own `Encodable` type (its
     /// coding keys are the column names).
     @discardableResult
     public func enqueue<Row: Encodable>(_ operation: FerryOperation, into table: String, _ row: Row) throws -> FerryRow
@@ -275,8 +279,26 @@ public final class FerryClient: Sendable {
 
     // MARK: - Sync
 
-    /// Pushes every pending mutation, then pulls until up to date. Throws the first
-    /// failure (``FerryError/unreachable(_:)`` offline: the outbox stays, and is retried).
+    /// Pushes every pending mutation, then pulls until up to date, in one pass (a pass
+    /// already running is not joined: this waits for one that starts after the call).
+    ///
+    /// Returns when the pass succeeded: the outbox held at its start was answered (each
+    /// mutation applied, a duplicate of one applied before, or rejected) and the pull
+    /// reached `has_more: false`. A rejected mutation does not make it throw: it is
+    /// dropped, its row put back to the server's version, and it is announced as
+    /// ``FerryEvent/mutationRejected(_:)`` on ``events()``.
+    ///
+    /// Throws the pass's first failure, a ``FerryError``; nothing is lost either way, and
+    /// the outbox stays queued:
+    /// - ``FerryError/unreachable(_:)``: no answer (offline, a timeout, a lost answer);
+    /// - ``FerryError/server(_:)``: an answer that is an error, e.g. 5xx or 429 (its
+    ///   ``ServerError/retryable`` is true) or a refusal of the pull;
+    /// - ``FerryError/signedOut``: there is no session (signed out, or the server ended it);
+    /// - ``FerryError/storage(_:)``: the local store could not be read or written;
+    /// - ``FerryError/invalidAnswer(_:)``: the server's answer did not follow the protocol.
+    ///
+    /// A retryable failure (``FerryError/isRetryable``) is also retried in the background
+    /// with backoff, whether or not the caller tries again.
     public func sync() async throws { try await engine.sync() }
 
     /// The app came to the foreground: the cue stream reconnects, and the outbox is
@@ -351,6 +373,7 @@ public final class FerryClient: Sendable {
         let account = self.account
         let events = eventBroadcast
         let log = configuration.log
+        let retry = configuration.retryPolicy
         let task = Task {
             var failures = 0
             while !Task.isCancelled {
@@ -367,7 +390,7 @@ public final class FerryClient: Sendable {
                 } catch {
                     if case FerryError.signedOut = error { return }
                     failures += 1
-                    let delay = Double.random(in: 0...min(60, 0.5 * pow(2, Double(min(failures, 10)))))
+                    let delay = retry.delay(afterFailures: failures)
                     log("refreshing the session failed (\(error)); retrying in \(String(format: "%.1f", delay)) s")
                     events.send(
                         .refreshFailed(error: (error as? FerryError) ?? .unreachable("\(error)"), retryIn: delay))

@@ -5,14 +5,22 @@ import Foundation
 /// Integers stay integers (`.integer`), so ids and counters round-trip exactly; a number
 /// with a fraction or beyond 64 bits is `.double`.
 public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// `null` (and SQL's NULL).
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// A number without a fraction that fits in 64 bits.
     case integer(Int64)
+    /// Any other number.
     case double(Double)
+    /// A string.
     case string(String)
+    /// An array.
     case array([JSONValue])
+    /// An object (a row is one).
     case object([String: JSONValue])
 
+    /// Reads any JSON value (integers as ``integer(_:)``, other numbers as ``double(_:)``).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
@@ -32,6 +40,7 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
         }
     }
 
+    /// Writes the value as the JSON it is.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
@@ -113,6 +122,7 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
         text += "\""
     }
 
+    /// The value as compact JSON text (``jsonText``).
     public var description: String { jsonText }
 
     /// The string, when this is one.
@@ -136,12 +146,19 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
     ExpressibleByBooleanLiteral, ExpressibleByNilLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral
 {
+    /// `"text"` as ``string(_:)``.
     public init(stringLiteral value: String) { self = .string(value) }
+    /// `42` as ``integer(_:)``.
     public init(integerLiteral value: Int64) { self = .integer(value) }
+    /// `1.5` as ``double(_:)``.
     public init(floatLiteral value: Double) { self = .double(value) }
+    /// `true` as ``bool(_:)``.
     public init(booleanLiteral value: Bool) { self = .bool(value) }
+    /// `nil` as ``null``.
     public init(nilLiteral: ()) { self = .null }
+    /// `[…]` as ``array(_:)``.
     public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    /// `[key: value, …]` as ``object(_:)``.
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }
@@ -169,6 +186,7 @@ extension JSONValue {
 public struct JSONParseError: Error, Sendable, CustomStringConvertible {
     /// The offset of the offending byte.
     public let offset: Int
+    /// A description for logs: where parsing stopped.
     public var description: String { "invalid JSON at byte \(offset)" }
 }
 

@@ -156,7 +156,7 @@ func firstLoadBodies() async throws -> [Data] {
     return bodies
 }
 let bodies = try await firstLoadBodies()
-let pages = try bodies.map { PullPage(json: try JSONValue(json: $0))! }
+let pages = try bodies.map { try PullPage(json: try JSONValue(json: $0)) }
 let rowCount = pages.reduce(0) { $0 + ($1.changes["tasks"]?.upserts.count ?? 0) }
 let schema = writer.tables["tasks"]!
 
@@ -183,7 +183,7 @@ for round in 0..<rounds {
     started = now()
     cursor = nil
     for body in bodies {
-        let page = PullPage(json: try JSONValue(json: body))!
+        let page = try PullPage(json: try JSONValue(json: body))
         _ = try parsed.merge(page, startedFrom: cursor, syncedAt: Date())
         cursor = page.cursor
     }

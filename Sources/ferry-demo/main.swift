@@ -20,6 +20,8 @@ let usage = """
     Any command on a state folder with no session signs up anonymously first.
     Exit status: 0 done, 1 the server refused (the reason on standard error), 2 bad
     arguments, 3 sign-in needs a choice, 4 the server could not be reached (work stays queued).
+    Tests only: FERRY_DEMO_FAULT=POINT kills the process (SIGKILL) when it reaches POINT:
+      enqueue-between-mutation-and-row, enqueue-committed, push-before-send, push-answered.
     """
 
 /// How ferry-demo ends: the status and what it says on standard error.
@@ -41,7 +43,7 @@ func exit(for error: any Error) -> Exit {
     guard let error = error as? FerryError else { return Exit(status: 1, message: "\(error)") }
     switch error {
     case .unreachable: return Exit(status: 4, message: error.description)
-    case .server(let server) where server.retryable || server.status >= 500 || server.status == 429:
+    case .server where error.isRetryable:
         return Exit(status: 4, message: error.description)
     case .resolutionRequired(let device, let cloud):
         printJSON(["device_rows": .integer(Int64(device)), "cloud_rows": .integer(Int64(cloud))])
@@ -58,6 +60,9 @@ func exit(for error: any Error) -> Exit {
 }
 
 func run(_ arguments: [String]) async throws {
+    if let fault = ProcessInfo.processInfo.environment["FERRY_DEMO_FAULT"], !FaultPoint.arm(fault) {
+        throw Exit.badArguments("FERRY_DEMO_FAULT names no fault point: \(fault)")
+    }
     var rest = arguments
     var server: URL?
     var state: URL?

@@ -88,7 +88,16 @@ func client(
 
             // Past the first token's end (measured from its exp, not from the test's start).
             try await Task.sleep(for: .seconds(max(0, session.expiresAt.timeIntervalSinceNow) + 3))
-            #expect(try await phone.account.accessToken() != shortToken, "the client refreshed the token")
+            // What the client holds now, read without asking for a token (accessToken()
+            // would refresh one near its end itself), and what its store kept.
+            let held = await phone.account.session?.accessToken
+            #expect(held != nil && held != shortToken, "the client refreshed the token on its own")
+            guard case .present(let stored) = sessions.load() else {
+                Issue.record("the phone's session is gone")
+                return
+            }
+            #expect(stored.accessToken == held, "the refreshed token was stored")
+            #expect(stored.expiresAt > Date(), "the stored token is current")
             try tablet.enqueue(.upsert, into: "tasks", ["id": "after-the-first-token", "title": "late"])
             try await tablet.sync()
             try await eventually("the change after the first token's end on the phone", seconds: 30) {
@@ -124,10 +133,13 @@ func client(
             }
             try await writer.sync()
             try await reader.sync()
-            try await eventually("the merge heard", seconds: 5) { !heard.withLock { $0 }.isEmpty }
-            try await Task.sleep(for: .milliseconds(200))
-            #expect(heard.withLock { $0 } == [["tasks"]])
+            // A positive control after the merge: observers hear changes in order, so once the
+            // control's change is heard, any other change the merge made has been heard too.
+            try reader.enqueue(.upsert, into: "tasks", ["id": "control"])
+            try await eventually("the control change heard", seconds: 5) { heard.withLock { $0 }.count >= 2 }
+            #expect(heard.withLock { $0 } == [["tasks"], ["tasks"]], "the merge was one change, then the control")
             #expect(try reader.rows(in: "tasks", where: "title = ?1", [.text("2")]).count == 300)
+            #expect(try reader.rows(in: "tasks").count == 301)
             listening.cancel()
             await writer.close()
             await reader.close()
@@ -150,6 +162,29 @@ func client(
             #expect(rejected?.code == "constraint_violation")
             #expect(try ferry.rows(in: "tasks").isEmpty)
             #expect(ferry.status.pendingMutations == 0)
+            await ferry.close()
+        }
+    }
+
+    /// A row created on the device shows the server's constant defaults (from
+    /// `GET /v1/schema`) for the columns the write left out, and the server's row, once
+    /// pulled, is the same; only the columns given were pushed.
+    @Test func aNewLocalRowShowsTheServersDefaultsBeforeItIsPushed() async throws {
+        try await DemoGateway.with { gateway in
+            let ferry = try await client(gateway, gateway.device("phone"), automatic: false)
+            let local = try ferry.enqueue(.upsert, into: "tasks", ["id": "t-1"])
+            #expect(local["title"] == "")
+            #expect(local["parent_id"] == "root")
+            #expect(local["position"] == .double(0))
+            #expect(local["metadata"] == [:])
+            // updated_at is the server's (a trigger's), not a constant: unknown until pulled.
+            #expect(local["updated_at"] == .null)
+            try await ferry.sync()
+            let pulled = try #require(try ferry.rows(in: "tasks").first)
+            for column in ["id", "title", "parent_id", "position", "metadata"] {
+                #expect(pulled[column] == local[column])
+            }
+            #expect(pulled["updated_at"] != .null)
             await ferry.close()
         }
     }

@@ -29,16 +29,12 @@ func withStore(_ body: (LocalStore, Shared<[Set<String>]>) async throws -> Void)
     }
 }
 
-func page(_ upserts: [FerryRow], deletes: [FerryRow] = [], cursor: String, lastMutationID: Int64 = 0) -> PullPage {
+func page(
+    _ upserts: [FerryRow], deletes: [FerryRow] = [], table: String = "tasks", cursor: String, lastMutationID: Int64 = 0
+) -> PullPage {
     PullPage(
-        json: [
-            "changes": [
-                "tasks": [
-                    "upserts": .array(upserts.map(JSONValue.object)), "deletes": .array(deletes.map(JSONValue.object)),
-                ]
-            ],
-            "cursor": .string(cursor), "has_more": false, "last_mutation_id": .integer(lastMutationID),
-        ])!
+        changes: [table: PullPage.TableChanges(upserts: upserts, deletes: deletes)], cursor: cursor, hasMore: false,
+        lastMutationID: lastMutationID)
 }
 
 @Suite(.tagSelection) struct LocalStoreTests {
@@ -215,6 +211,73 @@ func page(_ upserts: [FerryRow], deletes: [FerryRow] = [], cursor: String, lastM
             #expect(try store.pendingBatch(limit: 100, maxBytes: 5000).count == 4)
             #expect(try store.pendingBatch(limit: 3, maxBytes: 1 << 20).count == 3)
             #expect(try store.pendingBatch(limit: 100, maxBytes: 10).count == 1)
+        }
+    }
+}
+
+/// The local writes an enqueue makes, beside the merge's rule (``MergePlanner``), which
+/// states the same rule for replays.
+@Suite(.tagSelection) struct EnqueueRuleTests {
+    func withPlannerStore(_ body: (LocalStore) async throws -> Void) async throws {
+        try await withTemporaryDirectory { (directory) async throws -> Void in
+            let store = try LocalStore(path: directory.appendingPathComponent("s.sqlite").path, userID: owner) { _ in }
+            try store.apply(schema: PlannerTables.all)
+            try await body(store)
+        }
+    }
+
+    /// A value as the local column keeps it (an integer default of a REAL column reads back as a double).
+    func stored(_ row: FerryRow, in table: TableSchema) -> FerryRow {
+        var result: FerryRow = [:]
+        for column in table.columns {
+            result[column.name] = column.kind.jsonValue(column.kind.sqlValue(row[column.name] ?? .null))
+        }
+        return result
+    }
+
+    @Test func aNewRowShowsTheServersConstantDefaultsAfterEnqueue() async throws {
+        try await withPlannerStore { store in
+            let row = try store.enqueue(.upsert, into: "active_game", ["slot": "current", "hints": 2])
+            #expect(row == ["user_id": .string(owner), "slot": "current", "hints": 2, "notes": [:]])
+            let task = try store.enqueue(.insert, into: "tasks", ["id": "t"])
+            #expect(task["title"] == "")
+            #expect(task["position"] == .double(0))
+            // An upsert of an existing row leaves the columns it does not name as they are.
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "title": "milk"])
+            let again = try store.enqueue(.upsert, into: "tasks", ["id": "t", "position": 3])
+            #expect(again["title"] == "milk")
+        }
+    }
+
+    /// Writes in every order through enqueue end as the planner's replay of them says.
+    @Test(arguments: permutations([0, 1, 2]))
+    func enqueueWritesWhatTheMergeRuleReplays(_ order: [Int]) async throws {
+        try await withPlannerStore { store in
+            let table = PlannerTables.tasks
+            let writes: [(FerryOperation, FerryRow)] = [
+                (.upsert, ["id": "t", "title": "mine"]), (.upsert, ["id": "t", "position": 5.0]),
+                (.delete, ["id": "t"]),
+            ]
+            for write in order { try store.enqueue(writes[write].0, into: "tasks", writes[write].1) }
+            let replayed = MergePlanner.replay(
+                try store.pendingBatch(limit: 10, maxBytes: 1 << 20), onto: nil, in: table, owner: owner)
+            #expect(try store.rows(in: "tasks") == (replayed.map { [stored($0, in: table)] } ?? []))
+        }
+    }
+
+    /// An enqueue's transaction writes its row and its one outbox row, nothing more
+    /// (the cost bench/client.sh measures against a bare insert).
+    @Test func anEnqueueOfANewRowWritesTwoRows() async throws {
+        try await withPlannerStore { store in
+            try store.enqueue(.upsert, into: "tasks", ["id": "warm"])
+            let before = try store.query("select total_changes() as n", [])
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "title": "x"])
+            let after = try store.query("select total_changes() as n", [])
+            guard case .integer(let first)? = before.first?["n"], case .integer(let second)? = after.first?["n"] else {
+                Issue.record("no total_changes: \(before) \(after)")
+                return
+            }
+            #expect(second - first == 2)
         }
     }
 }

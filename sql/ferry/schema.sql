@@ -119,6 +119,48 @@ $$;
 
 
 --
+-- Name: column_default(regclass, smallint); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.column_default(p_table regclass, p_column smallint) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO ''
+    AS $$
+declare
+    v_tree text;
+    v_expression text;
+    v_value jsonb;
+begin
+    select d.adbin::text, pg_catalog.pg_get_expr(d.adbin, d.adrelid) into v_tree, v_expression
+        from pg_catalog.pg_attrdef d where d.adrelid = p_table and d.adnum = p_column;
+    if v_tree is null
+        or exists (
+            select from pg_catalog.regexp_matches(v_tree, '\{([A-Z_]+)', 'g') as m(tag)
+            where m.tag[1] not in ('CONST', 'FUNCEXPR', 'OPEXPR', 'RELABELTYPE'))
+        or exists (
+            select from pg_catalog.regexp_matches(v_tree, ':(?:op)?funcid ([0-9]+)', 'g') as m(id)
+            join pg_catalog.pg_proc p on p.oid = m.id[1]::oid
+            where p.provolatile <> 'i')
+    then
+        return null;
+    end if;
+    execute pg_catalog.format('select pg_catalog.to_jsonb(%s)', v_expression) into v_value;
+    return v_value;
+exception when others then
+    -- A function of the default the caller may not execute: the client shows null.
+    return null;
+end
+$$;
+
+
+--
+-- Name: FUNCTION column_default(p_table regclass, p_column smallint); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.column_default(p_table regclass, p_column smallint) IS 'The column''s default as JSON when it is a constant (constants, immutable functions and operators of them), else null; GET /v1/schema''s "default".';
+
+
+--
 -- Name: column_value_error(regclass, jsonb); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2223,7 +2265,12 @@ begin
             'key', (select pg_catalog.jsonb_agg(k.name order by k.ordinal) from ferry.primary_key(c.oid) k),
             'columns', (
                 select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-                    'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod)) order by a.attnum)
+                    'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod))
+                    || coalesce((
+                        select pg_catalog.jsonb_build_object('default', d.value)
+                        from (select ferry.column_default(c.oid, a.attnum) as value) d
+                        where a.atthasdef and d.value is not null), '{}')
+                    order by a.attnum)
                 from pg_catalog.pg_attribute a
                 where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
                     and a.attname <> all (ferry.internal_columns())),
@@ -3547,6 +3594,14 @@ GRANT ALL ON FUNCTION ferry.claim_lock(p_table text, p_key text, p_force boolean
 
 REVOKE ALL ON FUNCTION ferry.cleanup_anonymous(p_inactive interval, p_batch integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.cleanup_anonymous(p_inactive interval, p_batch integer) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION column_default(p_table regclass, p_column smallint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.column_default(p_table regclass, p_column smallint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.column_default(p_table regclass, p_column smallint) TO ferry_client;
 
 
 --

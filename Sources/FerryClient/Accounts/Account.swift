@@ -63,33 +63,30 @@ actor Account {
     // MARK: - Sessions from answers
 
     /// The session in an answer `{"user", "session"}` (sign-up, refresh, sign-in).
-    static func session(from answer: JSONValue?, deviceID: String) throws(FerryError) -> StoredSession {
-        guard let user = answer?["user"], let session = answer?["session"],
-            let userID = user["id"]?.stringValue, let access = session["access_token"]?.stringValue,
-            let refresh = session["refresh_token"]?.stringValue
-        else { throw .invalidAnswer("no user and session in the answer") }
-        let claims = Self.claims(of: access)
+    static func session(from answer: GatewayAnswer, deviceID: String) throws(FerryError) -> StoredSession {
+        session(from: try answer.decode(SessionAnswer.self, "a session answer"), deviceID: deviceID)
+    }
+
+    static func session(from answer: SessionAnswer, deviceID: String) -> StoredSession {
+        let claims = Self.claims(of: answer.session.accessToken)
         let now = Date()
-        let expiresIn = session["expires_in"]?.integerValue.map(Double.init) ?? 3600
-        let expiresAt =
-            claims?["exp"]?.integerValue.map { Date(timeIntervalSince1970: Double($0)) }
-            ?? now.addingTimeInterval(expiresIn)
-        let issuedAt = claims?["iat"]?.integerValue.map { Date(timeIntervalSince1970: Double($0)) } ?? now
+        let expiresIn = answer.session.expiresIn.map(Double.init) ?? 3600
+        let expiresAt = claims?.exp.map { Date(timeIntervalSince1970: Double($0)) } ?? now.addingTimeInterval(expiresIn)
+        let issuedAt = claims?.iat.map { Date(timeIntervalSince1970: Double($0)) } ?? now
         return StoredSession(
-            accessToken: access, refreshToken: refresh, expiresAt: expiresAt, issuedAt: issuedAt, userID: userID,
-            sessionID: claims?["sid"]?.stringValue ?? "", deviceID: claims?["did"]?.stringValue ?? deviceID,
-            isAnonymous: { if case .bool(let anonymous)? = user["is_anonymous"] { anonymous } else { true } }(),
-            email: user["email"]?.stringValue)
+            accessToken: answer.session.accessToken, refreshToken: answer.session.refreshToken, expiresAt: expiresAt,
+            issuedAt: issuedAt, userID: answer.user.id, sessionID: claims?.sid ?? "", deviceID: claims?.did ?? deviceID,
+            isAnonymous: answer.user.isAnonymous ?? true, email: answer.user.email)
     }
 
     /// The claims of a JWT, read without checking its signature (the server does that).
-    static func claims(of token: String) -> JSONValue? {
+    static func claims(of token: String) -> TokenClaims? {
         let parts = token.split(separator: ".")
         guard parts.count == 3 else { return nil }
         var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        guard let data = Data(base64Encoded: base64) else { return nil }
-        return try? JSONValue(json: data)
+        guard let data = Data(base64Encoded: base64), let json = try? JSONValue(json: data) else { return nil }
+        return try? WireDecoder.decode(TokenClaims.self, from: json)
     }
 
     /// Makes `new` the session: stored (then the marker) before anyone uses it.
@@ -122,7 +119,7 @@ actor Account {
         let deviceID = UUID().uuidString.lowercased()
         let answer = try await api.send("POST", "/v1/auth/anonymous", body: ["device_id": .string(deviceID)])
         guard answer.status == 201 || answer.status == 200 else { throw .server(answer.error) }
-        let new = try Self.session(from: answer.body, deviceID: deviceID)
+        let new = try Self.session(from: answer, deviceID: deviceID)
         try adopt(new)
         return new
     }
@@ -193,7 +190,7 @@ actor Account {
             }
             throw .server(error)
         }
-        var new = try Self.session(from: answer.body, deviceID: stale.deviceID)
+        var new = try Self.session(from: answer, deviceID: stale.deviceID)
         if new.email == nil { new.email = stale.email }
         try adopt(new)
         return new
@@ -245,7 +242,7 @@ actor Account {
         guard answer.status == 200 else { throw .server(answer.error) }
         guard var updated = session else { throw .signedOut }
         updated.isAnonymous = false
-        updated.email = answer.body?["user"]?["email"]?.stringValue ?? email
+        updated.email = (try? answer.decode(UserAnswer.self, "a link answer"))?.user.email ?? email
         try adopt(updated)
         return updated
     }
@@ -265,15 +262,15 @@ actor Account {
         guard answer.status == 200 else {
             let error = answer.error
             if error.code == "resolution_required" {
-                throw .resolutionRequired(
-                    deviceRows: Int(error.details["device_rows"]?.integerValue ?? 0),
-                    cloudRows: Int(error.details["cloud_rows"]?.integerValue ?? 0))
+                let fields = answer.errorFields
+                throw .resolutionRequired(deviceRows: fields?.deviceRows ?? 0, cloudRows: fields?.cloudRows ?? 0)
             }
             throw .server(error)
         }
-        let new = try Self.session(from: answer.body, deviceID: current.deviceID)
+        let signedIn = try answer.decode(SessionAnswer.self, "a sign-in answer")
+        let new = Self.session(from: signedIn, deviceID: current.deviceID)
         try adopt(new)
-        return (new, { if case .bool(let reset)? = answer.body?["reset"] { reset } else { false } }())
+        return (new, signedIn.reset ?? false)
     }
 
     /// `POST /v1/auth/signout`, best effort (a bounded wait; the local sign-out does not

@@ -6,16 +6,23 @@ import Foundation
 
 /// The tokens of a signed-in device and who they belong to: what a ``SessionStore`` keeps.
 public struct StoredSession: Sendable, Hashable, Codable {
+    /// The JWT sent as Bearer.
     public var accessToken: String
+    /// The token that gets the next session (it rotates at each refresh).
     public var refreshToken: String
     /// When the access token expires (its `exp`).
     public var expiresAt: Date
     /// When it was issued (its `iat`), for the refresh schedule.
     public var issuedAt: Date
+    /// The user, the session (`sid`) and the device (`did`) the tokens are for.
     public var userID: String
+    /// The server's session id (`sid`).
     public var sessionID: String
+    /// This device's id (`did`).
     public var deviceID: String
+    /// Whether the account has no email yet.
     public var isAnonymous: Bool
+    /// The account's email, once linked.
     public var email: String?
 }
 
@@ -24,8 +31,11 @@ public struct StoredSession: Sendable, Hashable, Codable {
 /// file, bytes that do not decode) is `unreadable`, and a session is never discarded
 /// because of it.
 public enum SessionRead: Sendable {
+    /// A session was stored, and this is it.
     case present(StoredSession)
+    /// The store is sure it holds nothing.
     case absent
+    /// The store could not tell, and why (nothing may be discarded because of it).
     case unreadable(String)
 }
 
@@ -50,6 +60,7 @@ public struct FileSessionStore: SessionStore {
     /// A store in the file `path`.
     public init(path: String) { self.path = path }
 
+    /// Reads the file: absent, a session, or unreadable (never a guess).
     public func load() -> SessionRead {
         switch StateFiles.read(path) {
         case .absent: return .absent
@@ -62,10 +73,12 @@ public struct FileSessionStore: SessionStore {
         }
     }
 
+    /// Writes the session atomically, mode 0600.
     public func save(_ session: StoredSession) throws {
         try StateFiles.write(try Self.encoder.encode(session), to: path, mode: 0o600)
     }
 
+    /// Deletes the file (none there: nothing happens).
     public func remove() throws { try StateFiles.remove(path) }
 
     static let encoder: JSONEncoder = {
@@ -89,6 +102,7 @@ public struct FileSessionStore: SessionStore {
     public struct KeychainSessionStore: SessionStore {
         /// The item's service and account.
         public let service: String
+        /// The item's account attribute.
         public let account: String
 
         /// An item under `service` (the app's bundle id is a good one) and `account`.
@@ -104,6 +118,7 @@ public struct FileSessionStore: SessionStore {
             ]
         }
 
+        /// Reads the item: absent, a session, or unreadable (a locked Keychain among others).
         public func load() -> SessionRead {
             var query = self.query
             query[kSecReturnData as String] = true
@@ -120,6 +135,7 @@ public struct FileSessionStore: SessionStore {
             return .present(session)
         }
 
+        /// Writes the item, readable after the first unlock.
         public func save(_ session: StoredSession) throws {
             let data = try FileSessionStore.encoder.encode(session)
             let update: [String: Any] = [
@@ -134,6 +150,7 @@ public struct FileSessionStore: SessionStore {
             }
         }
 
+        /// Deletes the item (none there: nothing happens).
         public func remove() throws {
             let status = SecItemDelete(query as CFDictionary)
             guard status == errSecSuccess || status == errSecItemNotFound else {

@@ -4,99 +4,33 @@ import Foundation
     import FoundationNetworking
 #endif
 
-/// An error answer of the gateway: `{"error": {"code", "message", "retryable"}}` and its status.
-public struct ServerError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// The HTTP status.
-    public var status: Int
-    /// The protocol's error code (`token_expired`, `lock_held`, …).
-    public var code: String
-    /// The server's human text.
-    public var message: String
-    /// Whether sending the same request later may succeed (5xx, 429).
-    public var retryable: Bool
-    /// The whole error object, for the fields some codes add (`holder`, `device_rows`, …).
-    public var details: FerryRow
-    /// `Retry-After`, in seconds, when the answer had one.
-    public var retryAfter: Double?
-
-    public var description: String { "\(status) \(code): \(message)" }
-}
-
-/// What can go wrong in a FerryClient call.
-public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The server could not be reached (no network, refused, timed out, a lost answer).
-    /// Nothing is lost: queued work stays queued and is retried.
-    case unreachable(String)
-    /// The server answered with an error.
-    case server(ServerError)
-    /// There is no session: the device signed out, or the server ended the session.
-    case signedOut
-    /// The stored session could not be read (a locked Keychain, an unreadable file).
-    /// Nothing was discarded; try again later.
-    case sessionUnreadable(String)
-    /// Signing in needs the app's choice: this device's anonymous data, or the account's.
-    case resolutionRequired(deviceRows: Int, cloudRows: Int)
-    /// Another device holds the lock: the takeover prompt's data.
-    case lockHeld(holder: String?, heartbeatAge: TimeInterval?)
-    /// The lock was taken by another device (or released) since this one claimed it.
-    case lockLost(holder: String?)
-    /// The outbox could not be emptied before linking or signing in: some mutations
-    /// are still pending (the server could not take them yet).
-    case outboxNotEmpty(pending: Int)
-    /// The local store refused (an unknown table, a missing key, a read-only table).
-    case local(LocalStoreError)
-    /// The server's answer did not follow the protocol.
-    case invalidAnswer(String)
-    /// A local file could not be written or read.
-    case storage(String)
-
-    public var description: String {
-        switch self {
-        case .unreachable(let reason): "the server could not be reached: \(reason)"
-        case .server(let error): error.description
-        case .signedOut: "signed out"
-        case .sessionUnreadable(let reason): "the stored session could not be read: \(reason)"
-        case .resolutionRequired(let device, let cloud):
-            "sign-in needs a choice: \(device) rows on this device, \(cloud) in the account"
-        case .lockHeld(let holder, let age):
-            "the lock is held by device \(holder ?? "?")"
-                + (age.map { String(format: " (heartbeat %.1f s ago)", $0) } ?? "")
-        case .lockLost(let holder): "the lock was lost" + (holder.map { " to device \($0)" } ?? "")
-        case .outboxNotEmpty(let pending): "\(pending) mutations are still waiting to be pushed"
-        case .local(let error): error.description
-        case .invalidAnswer(let reason): "the server's answer did not follow the protocol: \(reason)"
-        case .storage(let reason): reason
-        }
-    }
-
-    /// The server's error code, when the server answered with one.
-    public var serverCode: String? { if case .server(let error) = self { error.code } else { nil } }
-
-    /// Whether the same work may succeed later without any change (network, 5xx, 429).
-    public var isRetryable: Bool {
-        switch self {
-        case .unreachable: true
-        case .server(let error): error.retryable || error.status >= 500 || error.status == 429
-        default: false
-        }
-    }
-}
-
-/// One answer of the gateway.
+/// One answer of the gateway: its status and its body, parsed once.
 struct GatewayAnswer: Sendable {
     var status: Int
     var body: JSONValue?
     var retryAfter: Double?
 
-    /// The answer as a ``ServerError`` (for a status that is not 2xx).
-    var error: ServerError {
-        let object = body?["error"]?.objectValue ?? [:]
-        return ServerError(
-            status: status, code: object["code"]?.stringValue ?? "http_\(status)",
-            message: object["message"]?.stringValue ?? "HTTP \(status)",
-            retryable: { if case .bool(let retryable)? = object["retryable"] { retryable } else { status >= 500 } }(),
-            details: object, retryAfter: retryAfter)
+    /// The body as the wire type `T`; ``FerryError/invalidAnswer(_:)`` naming `what` when
+    /// it has not the protocol's shape.
+    func decode<T: Decodable>(_ type: T.Type, _ what: String) throws(FerryError) -> T {
+        do { return try WireDecoder.decode(type, from: body ?? .null) } catch {
+            throw .invalidAnswer("\(what) without the protocol's shape: \(error)")
+        }
     }
+
+    /// The answer as a ``ServerError`` (for a status that is not 2xx); a body that is no
+    /// error object (a proxy's page) still gives the status.
+    var error: ServerError {
+        let body = try? WireDecoder.decode(ErrorBody.self, from: self.body ?? .null)
+        return ServerError(
+            status: status, code: body?.error.code ?? "http_\(status)",
+            message: body?.error.message ?? "HTTP \(status)",
+            retryable: RetryPolicy.isRetryable(status: status, flag: body?.error.retryable),
+            details: self.body?["error"]?.objectValue ?? [:], retryAfter: retryAfter)
+    }
+
+    /// The error object's extra fields (`holder`, `device_rows`, …).
+    var errorFields: ErrorBody.Error? { (try? WireDecoder.decode(ErrorBody.self, from: body ?? .null))?.error }
 }
 
 /// The gateway's HTTP API, one request at a time, each with a deadline.

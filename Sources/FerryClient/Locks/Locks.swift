@@ -4,9 +4,11 @@ import Foundation
 public struct LockClaim: Sendable, Hashable {
     /// The table and the key (the value of its non-owner key column, e.g. `current`).
     public var table: String
+    /// The key (the value of the table's non-owner key column).
     public var key: String
     /// The holder (this device) and the server's time of its last heartbeat.
     public var holder: String
+    /// The server's time of the holder's last heartbeat (RFC 3339).
     public var heartbeatAt: String
 }
 
@@ -26,15 +28,14 @@ extension FerryClient {
         guard answer.status == 200 else {
             let error = answer.error
             if error.code == "lock_held" {
+                let fields = answer.errorFields
                 throw FerryError.lockHeld(
-                    holder: error.details["holder"]?.stringValue,
-                    heartbeatAge: error.details["heartbeat_age_ms"]?.integerValue.map { Double($0) / 1000 })
+                    holder: fields?.holder, heartbeatAge: fields?.heartbeatAgeMilliseconds.map { Double($0) / 1000 })
             }
             throw FerryError.server(error)
         }
-        let claim = LockClaim(
-            table: table, key: key, holder: answer.body?["holder"]?.stringValue ?? "",
-            heartbeatAt: answer.body?["heartbeat_at"]?.stringValue ?? "")
+        let claimed = try answer.decode(LockClaimAnswer.self, "a lock claim's answer")
+        let claim = LockClaim(table: table, key: key, holder: claimed.holder, heartbeatAt: claimed.heartbeatAt)
         if configuration.syncsAutomatically { startHeartbeat(table: table, key: key) }
         return claim
     }
@@ -48,7 +49,7 @@ extension FerryClient {
             if error.code == "lock_lost" {
                 stopHeartbeat(table: table, key: key)
                 eventBroadcast.send(.lockLost(table: table, key: key))
-                throw FerryError.lockLost(holder: error.details["holder"]?.stringValue)
+                throw FerryError.lockLost(holder: answer.errorFields?.holder)
             }
             throw FerryError.server(error)
         }

@@ -16,6 +16,7 @@ public struct FerryStatus: Sendable, Equatable {
     /// The last failure of sync (nil once a sync succeeds again).
     public var lastError: FerryError?
 
+    /// A status before any sync: nothing pending, never synced, not connected.
     public init() {}
 }
 
@@ -45,20 +46,27 @@ public enum FerryEvent: Sendable, Equatable {
 public struct RejectedMutation: Sendable, Hashable {
     /// The device's mutation number.
     public var id: Int64
+    /// The table it wrote to.
     public var table: String
+    /// What it did.
     public var op: FerryOperation
     /// The row (or key, for a delete) that was sent.
     public var row: FerryRow
     /// The rejection code (`constraint_violation`, `lock_not_held`, …) and message.
     public var code: String
+    /// The server's human text for the rejection.
     public var message: String
 }
 
 /// Who this device is signed in as.
 public struct FerryUser: Sendable, Hashable, Codable {
+    /// The user id (the owner column's value in every row of theirs).
     public var id: String
+    /// This device's id (the token's `did`).
     public var deviceID: String
+    /// Whether the account has no email yet (``FerryClient/link(email:password:)`` gives it one).
     public var isAnonymous: Bool
+    /// The account's email, once linked.
     public var email: String?
 }
 

@@ -27,6 +27,7 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     /// Whether a constraint (unique, not null, check) refused the write.
     public var isConstraint: Bool { code & 0xff == SQLITE_CONSTRAINT }
 
+    /// A description for logs: the code and SQLite's message.
     public var description: String { "SQLite error \(code): \(message)" }
 }
 

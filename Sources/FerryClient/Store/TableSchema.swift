@@ -4,11 +4,18 @@ import Foundation
 public struct TableSchema: Sendable, Hashable, Codable {
     /// How the server merges writes to a table (docs/TABLES.md).
     public enum Strategy: String, Sendable, Hashable, Codable {
+        /// Last write wins, by server commit; deletes leave tombstones.
         case lww
+        /// A record never changes: the same row again is a no-op, a different one is refused.
         case insertOnly = "insert_only"
+        /// Membership: inserts and deletes, a repeat is a no-op.
         case set
+        /// One device at a time writes the row, the one holding its lock (``FerryClient/claimLock(table:key:force:)``).
         case deviceLock = "device_lock"
-        case readonly, shared
+        /// Read by its owner, written by the operator only.
+        case readonly
+        /// Read by every user, written by the operator only.
+        case shared
 
         /// Whether clients may push to tables of this strategy.
         public var isWritable: Bool { self != .readonly && self != .shared }
@@ -16,28 +23,50 @@ public struct TableSchema: Sendable, Hashable, Codable {
 
     /// A column and its PostgreSQL type (`format_type`), e.g. `text`, `integer`, `jsonb`, `text[]`.
     public struct Column: Sendable, Hashable, Codable {
+        /// The column's name, as rows name it.
         public var name: String
+        /// The PostgreSQL type, as `format_type` writes it.
         public var type: String {
             didSet { kind = ColumnKind(postgresType: type) }
         }
+        /// The server's default for the column when it is a constant (`''`, `0`, `'{}'`),
+        /// which a new local row shows until the server's version arrives; nil when the
+        /// column has none, or one only the server can compute (`now()`, a sequence).
+        public var defaultValue: JSONValue?
 
         /// How the local store keeps this column's values: read from `type` once, as every
         /// local write and read asks for it.
         private(set) var kind: ColumnKind
 
-        public init(name: String, type: String) {
+        /// A column named `name` of PostgreSQL type `type`, with the server's constant
+        /// default, if any.
+        public init(name: String, type: String, defaultValue: JSONValue? = nil) {
             self.name = name
             self.type = type
+            self.defaultValue = defaultValue
             kind = ColumnKind(postgresType: type)
         }
 
-        private enum CodingKeys: String, CodingKey { case name, type }
+        private enum CodingKeys: String, CodingKey {
+            case name, type
+            case defaultValue = "default"
+        }
 
+        /// Reads a column of `GET /v1/schema` (or of the store's copy of it).
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             self.init(
                 name: try container.decode(String.self, forKey: .name),
-                type: try container.decode(String.self, forKey: .type))
+                type: try container.decode(String.self, forKey: .type),
+                defaultValue: try container.decodeIfPresent(JSONValue.self, forKey: .defaultValue))
+        }
+
+        /// Writes the column as `GET /v1/schema` does.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(name, forKey: .name)
+            try container.encode(type, forKey: .type)
+            try container.encodeIfPresent(defaultValue, forKey: .defaultValue)
         }
     }
 
@@ -118,6 +147,8 @@ enum ColumnKind: Sendable, Hashable {
         case (_, .null): .null
         case (.boolean, .integer(let integer)): .bool(integer != 0)
         case (.json, .text(let text)): (try? JSONValue(json: Data(text.utf8))) ?? .string(text)
+        // (SQLite's RETURNING gives a REAL column's whole number as it was bound, an integer.)
+        case (.real, .integer(let integer)): .double(Double(integer))
         case (_, .integer(let integer)): .integer(integer)
         case (_, .real(let real)): .double(real)
         case (_, .text(let text)): .string(text)

@@ -9,7 +9,7 @@ import Foundation
 /// handles token_expiring (WebSocket: in-band auth; SSE: reconnect with a fresh token before in_ms),
 /// and reports what the rest of the client must act on.
 ///
-/// The policy is ``CueStreamStateMachine``'s; this actor only carries out its actions:
+/// The policy is `CueStreamStateMachine`'s; this actor only carries out its actions:
 /// it asks `accessToken` for tokens, opens and closes connections (SSE through
 /// `URLSessionDataDelegate`, one URLSession per connection; WebSocket only on Apple
 /// platforms), and keeps one timer for the machine's next deadline. Call ``stop()``

@@ -113,7 +113,7 @@ final class ServerSentEventConnection: NSObject, URLSessionDataDelegate, CueStre
 
     /// `error.code` of a PROTOCOL error body, if it is one.
     private static func errorCode(_ body: Data) -> String? {
-        let object = (try? JSONSerialization.jsonObject(with: body)) as? [String: Any]
-        return (object?["error"] as? [String: Any])?["code"] as? String
+        guard let json = try? JSONValue(json: body) else { return nil }
+        return (try? WireDecoder.decode(ErrorBody.self, from: json))?.error.code
     }
 }

@@ -16,10 +16,8 @@ actor SyncEngine {
         var pushBatchBytes = 512 * 1024
         /// Rows per pull page.
         var pullLimit = 1000
-        /// Full-jitter exponential backoff: the first retry within `backoffBase` seconds,
-        /// doubling up to `backoffCap`.
-        var backoffBase: TimeInterval = 0.5
-        var backoffCap: TimeInterval = 60
+        /// When a failed pass is tried again.
+        var retry = RetryPolicy()
         /// How long an enqueue waits for more before the drain starts.
         var debounce: TimeInterval = 0.01
     }
@@ -179,9 +177,8 @@ actor SyncEngine {
     }
 
     private func scheduleRetry(after error: FerryError, push: Bool, pull: Bool) {
-        let ceiling = min(settings.backoffCap, settings.backoffBase * pow(2, Double(min(attempt, 30))))
-        var delay = Double.random(in: 0...ceiling)
-        if case .server(let server) = error, let floor = server.retryAfter { delay = max(delay, floor) }
+        let retryAfter: TimeInterval? = if case .server(let server) = error { server.retryAfter } else { nil }
+        let delay = settings.retry.delay(afterFailures: attempt, retryAfter: retryAfter)
         attempt += 1
         events.send(.syncFailed(error: error, retryIn: delay))
         log("sync failed (\(error)); retrying in \(String(format: "%.2f", delay)) s")
@@ -224,10 +221,12 @@ actor SyncEngine {
             guard !batch.isEmpty else { return }
             status.update { $0.uploading = true }
             defer { status.update { $0.uploading = false } }
+            FaultPoint.reach(.pushBeforeSend)
             let answer = try await account.authorized(
                 "POST", "/v1/push", body: ["mutations": .array(batch.map(\.pushJSON))])
             if answer.status == 200 {
-                try settle(batch, answer.body, in: store)
+                FaultPoint.reach(.pushAnswered)
+                try settle(batch, try answer.decode(PushAnswer.self, "a push answer"), in: store)
                 limit = settings.pushBatchLimit
                 continue
             }
@@ -236,7 +235,9 @@ actor SyncEngine {
                 limit = max(1, batch.count / 2)
                 continue
             }
-            if error.retryable || answer.status >= 500 || answer.status == 429 || answer.status == 401 {
+            // Retried later as a whole: what may pass unchanged, and a 401 the account's
+            // refresh could not cure this time.
+            if error.retryable || answer.status == 401 {
                 throw .server(error)
             }
             // A final answer for the whole batch (a constraint checked at commit, a shape
@@ -251,23 +252,27 @@ actor SyncEngine {
         }
     }
 
-    private func settle(_ batch: [PendingMutation], _ body: JSONValue?, in store: LocalStore) throws(FerryError) {
-        guard let results = body?["results"]?.arrayValue else { throw .invalidAnswer("a push answer without results") }
+    private func settle(_ batch: [PendingMutation], _ answer: PushAnswer, in store: LocalStore) throws(FerryError) {
         var acknowledged: [Int64] = []
         var rejected: [(PendingMutation, String, String)] = []
+        var duplicates = 0
         let byID = Dictionary(batch.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        for result in results {
-            guard let id = result["id"]?.integerValue, let mutation = byID[id] else { continue }
-            switch result["status"]?.stringValue {
-            case "applied", "duplicate": acknowledged.append(id)
-            case "rejected":
-                rejected.append(
-                    (mutation, result["code"]?.stringValue ?? "rejected", result["message"]?.stringValue ?? ""))
-            default: continue
+        for result in answer.results {
+            guard let mutation = byID[result.id] else { continue }
+            switch result.status {
+            case .applied: acknowledged.append(result.id)
+            case .duplicate:
+                // Applied before: a push retried after its answer was lost.
+                acknowledged.append(result.id)
+                duplicates += 1
+            case .rejected: rejected.append((mutation, result.code ?? "rejected", result.message ?? ""))
             }
         }
         do { try store.settle(acknowledged: acknowledged, rejected: rejected.map(\.0.id)) } catch {
             throw .storage("cannot update the outbox: \(error)")
+        }
+        if duplicates > 0 {
+            log("push: \(duplicates) mutations were applied before (duplicate): a lost answer's retry")
         }
         for (mutation, code, message) in rejected { report(mutation, code: code, message: message) }
         status.update { $0.pendingMutations = store.pendingCount }
@@ -303,9 +308,7 @@ actor SyncEngine {
     func refreshSchema(_ store: LocalStore) async throws(FerryError) {
         let answer = try await account.authorized("GET", "/v1/schema")
         guard answer.status == 200 else { throw .server(answer.error) }
-        guard let tables = answer.body?["tables"]?.arrayValue else { throw .invalidAnswer("a schema without tables") }
-        let decoder = JSONDecoder()
-        let schema = tables.compactMap { try? decoder.decode(TableSchema.self, from: Data($0.jsonText.utf8)) }
+        let schema = try answer.decode(SchemaAnswer.self, "a schema answer").tables
         do { try store.apply(schema: schema) } catch { throw .storage("cannot mirror the schema: \(error)") }
         schemaChecked = true
     }
@@ -335,9 +338,7 @@ actor SyncEngine {
                 continue
             }
             guard answer.status == 200 else { throw .server(answer.error) }
-            guard let body = answer.body, let page = PullPage(json: body) else {
-                throw .invalidAnswer("a pull answer without cursor and has_more")
-            }
+            let page = try answer.decode(PullPage.self, "a pull answer")
             let known = store.tables
             if !schemaReread && page.changes.keys.contains(where: { known[$0] == nil }) {
                 // A table the schema did not have: read it again (that resets the cursor).

@@ -86,12 +86,17 @@ final class DemoGateway: Sendable {
     /// A state folder: one device.
     func device(_ name: String) -> String { folder.appendingPathComponent(name).path }
 
-    /// Starts `ferry-demo --server … --state <device> arguments…` without waiting.
-    func startDemo(_ device: String, _ arguments: [String]) throws -> (ChildProcess, output: String, errors: String) {
+    /// Starts `ferry-demo --server … --state <device> arguments…` without waiting; with
+    /// `fault`, it kills itself at that fault point (`FERRY_DEMO_FAULT`).
+    func startDemo(_ device: String, _ arguments: [String], fault: String? = nil) throws -> (
+        ChildProcess, output: String, errors: String
+    ) {
         let run = folder.appendingPathComponent("run-\(UUID().uuidString)")
+        var environment = ["PATH": "/usr/bin:/bin"]
+        if let fault { environment["FERRY_DEMO_FAULT"] = fault }
         let child = try ChildProcess(
             try TestRepository.executable("ferry-demo").path, ["--server", url, "--state", device] + arguments,
-            environment: ["PATH": "/usr/bin:/bin"], output: run.path + ".out", errors: run.path + ".err")
+            environment: environment, output: run.path + ".out", errors: run.path + ".err")
         return (child, run.path + ".out", run.path + ".err")
     }
 
@@ -103,13 +108,21 @@ final class DemoGateway: Sendable {
 
     @discardableResult
     func demo(_ device: String, _ arguments: [String]) async throws -> FerryRun {
-        let (child, output, errors) = try startDemo(device, arguments)
+        try await demoEnding(device, arguments).run
+    }
+
+    /// Runs `ferry-demo` on `device` to its end (60 s at most), killing itself at `fault`
+    /// when given; how it ended (an exit, or the fault point's `SIGKILL`) and what it said.
+    func demoEnding(_ device: String, _ arguments: [String], fault: String? = nil) async throws -> (
+        ending: ChildProcess.Ending, run: FerryRun
+    ) {
+        let (child, output, errors) = try startDemo(device, arguments, fault: fault)
         let (ending, killed) = try await offload { child.wait(seconds: 60) }
         let run = FerryRun(
             status: ending.exitStatus ?? -1, output: (try? String(contentsOfFile: output, encoding: .utf8)) ?? "",
             errors: (try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")
         try #require(!killed, "ferry-demo \(arguments) did not end within 60 s: \(run.errors)")
-        return run
+        return (ending, run)
     }
 
     /// Runs `ferry-demo` and requires exit 0; returns its output parsed as JSON (nil when empty).

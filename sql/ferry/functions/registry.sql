@@ -630,10 +630,47 @@ comment on function ferry.install_upserts() is
 
 -- MARK: - Schema
 
+-- A column's default as the JSON value it gives, when that is a constant a client may
+-- show on a row it creates before the server's version arrives ('', 0, '{}', 'medium'):
+-- only constants, and immutable functions and operators of them (casts), are evaluated;
+-- now(), a sequence, current_user, a domain check give null, as does no default.
+create or replace function ferry.column_default(p_table regclass, p_column smallint) returns jsonb
+language plpgsql stable set search_path = ''
+as $$
+declare
+    v_tree text;
+    v_expression text;
+    v_value jsonb;
+begin
+    select d.adbin::text, pg_catalog.pg_get_expr(d.adbin, d.adrelid) into v_tree, v_expression
+        from pg_catalog.pg_attrdef d where d.adrelid = p_table and d.adnum = p_column;
+    if v_tree is null
+        or exists (
+            select from pg_catalog.regexp_matches(v_tree, '\{([A-Z_]+)', 'g') as m(tag)
+            where m.tag[1] not in ('CONST', 'FUNCEXPR', 'OPEXPR', 'RELABELTYPE'))
+        or exists (
+            select from pg_catalog.regexp_matches(v_tree, ':(?:op)?funcid ([0-9]+)', 'g') as m(id)
+            join pg_catalog.pg_proc p on p.oid = m.id[1]::oid
+            where p.provolatile <> 'i')
+    then
+        return null;
+    end if;
+    execute pg_catalog.format('select pg_catalog.to_jsonb(%s)', v_expression) into v_value;
+    return v_value;
+exception when others then
+    -- A function of the default the caller may not execute: the client shows null.
+    return null;
+end
+$$;
+
+comment on function ferry.column_default(regclass, smallint) is
+    'The column''s default as JSON when it is a constant (constants, immutable functions and operators of them), else null; GET /v1/schema''s "default".';
+
 -- GET /v1/schema: {"tables": [{"name", "strategy", "key": [...], "owner": column or null,
--- "columns": [{"name", "type"}, ...], "watermelon": {...}}, ...]}, every registered table
--- the caller may read, by name; columns in table order with their PostgreSQL types
--- (format_type), without Ferry's internal ones. updated_at is listed: pull sends it.
+-- "columns": [{"name", "type", "default"?}, ...], "watermelon": {...}}, ...]}, every
+-- registered table the caller may read, by name; columns in table order with their
+-- PostgreSQL types (format_type) and, when it is a constant, their default
+-- (ferry.column_default), without Ferry's internal ones. updated_at is listed: pull sends it.
 -- "watermelon" is ferry.watermelon_schema's answer (watermelon.sql): whether
 -- /v1/watermelon/sync serves the table, and as what WatermelonDB columns. PL/pgSQL, whose
 -- body is not checked when it is created: watermelon.sql comes after this file.
@@ -649,7 +686,12 @@ begin
             'key', (select pg_catalog.jsonb_agg(k.name order by k.ordinal) from ferry.primary_key(c.oid) k),
             'columns', (
                 select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-                    'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod)) order by a.attnum)
+                    'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod))
+                    || coalesce((
+                        select pg_catalog.jsonb_build_object('default', d.value)
+                        from (select ferry.column_default(c.oid, a.attnum) as value) d
+                        where a.atthasdef and d.value is not null), '{}')
+                    order by a.attnum)
                 from pg_catalog.pg_attribute a
                 where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
                     and a.attname <> all (ferry.internal_columns())),
@@ -703,12 +745,13 @@ revoke all on function
     ferry.register_table(regclass, text, name, jsonb), ferry.tables_keyed_across_users(),
     ferry.restrict_lock_columns(regclass), ferry.install_triggers(regclass), ferry.install_pull_reader(regclass),
     ferry.install_pull_rows(), ferry.primary_key(regclass), ferry.primary_key_list(regclass), ferry.upsert_shape(regclass),
-    ferry.install_upserts(), ferry.table_schema(), ferry.rebuild_generated_code()
+    ferry.install_upserts(), ferry.table_schema(), ferry.column_default(regclass, smallint),
+    ferry.rebuild_generated_code()
 from public;
 -- push and pull call these as ferry_client.
 grant execute on function
     ferry.internal_columns(), ferry.unwritable_columns(), ferry.primary_key(regclass), ferry.primary_key_list(regclass),
-    ferry.upsert_shape(regclass), ferry.table_schema()
+    ferry.upsert_shape(regclass), ferry.table_schema(), ferry.column_default(regclass, smallint)
 to ferry_client;
 
 select ferry.rebuild_generated_code();
