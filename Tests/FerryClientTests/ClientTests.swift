@@ -28,7 +28,7 @@ func client(
     /// backoff timer alone, with no new write, sync() call or reconnect to start it (no
     /// cue stream either, whose reopening would be a trigger).
     @Test func aFailedDrainIsRetriedWithoutAnotherTrigger() async throws {
-        try await DemoGateway.with { gateway in
+        try await DemoGateway.with(environment: ["FERRY_LOG_LEVEL": "info"]) { gateway in
             // The client's log, so that a failure says what the drain did.
             let lines = Mutex<[String]>([])
             let ferry = try await client(gateway, gateway.device("phone"), stream: false) { line in
@@ -41,7 +41,15 @@ func client(
             try await gateway.start()
             let drained = try await eventuallyHolds(seconds: 60) { ferry.status.pendingMutations == 0 }
             let log = lines.withLock { $0.suffix(40).joined(separator: "\n") }
-            #expect(drained, "the outbox not drained by the retry timer; the client's log:\n\(log)")
+            #expect(
+                drained,
+                """
+                the outbox not drained by the retry timer (last error: \(String(describing: ferry.status.lastError))); \
+                the client's log:
+                \(log)
+                the gateway's log:
+                \(gateway.serveLog.suffix(4000))
+                """)
             #expect(try await serverIDs(gateway, "tasks", of: user) == ["t-1"])
             // The pass that pushed also pulls; its end clears the error.
             try await eventually("the pass's end clearing the error", seconds: 30) { ferry.status.lastError == nil }

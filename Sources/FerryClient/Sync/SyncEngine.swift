@@ -162,6 +162,8 @@ actor SyncEngine {
             status.update { $0.lastError = error }
             if error.isRetryable && !stopped {
                 scheduleRetry(after: error, push: result.push != nil, pull: result.pull != nil)
+            } else if !stopped {
+                log("sync failed (\(error)); not retried until the next write, sync() or reconnect")
             }
             if error.isRetryable, case .unreachable = error { status.update { $0.connected = false } }
         } else {

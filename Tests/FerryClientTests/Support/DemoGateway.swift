@@ -71,6 +71,11 @@ final class DemoGateway: Sendable {
         }
     }
 
+    /// What `ferry serve` wrote to its log, every start of it.
+    var serveLog: String {
+        (try? String(contentsOfFile: folder.appendingPathComponent("serve.log").path, encoding: .utf8)) ?? ""
+    }
+
     /// Stops the gateway (SIGTERM, then SIGKILL after 10 s): the devices are offline.
     func stop() {
         guard
