@@ -164,19 +164,23 @@ private final class TestServer {
     /// A client that pipelines requests and reads none of the answers: past the write
     /// bound the server stops reading it (its sends stop being taken), holds no more than
     /// the bound and the answers already being made, serves other connections as usual,
-    /// and closes it once it has taken nothing for the idle timeout.
+    /// and closes it once it has taken nothing for the idle timeout. The bounds are
+    /// checked as they are, over the real sockets: what the kernels hold is read from
+    /// /proc/net/tcp and taken off what was sent and answered.
     @Test func aClientThatReadsNoAnswersStopsBeingReadThenIsClosedWhileOthersAreServed() throws {
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, idleTimeout: .seconds(2))
         configuration.limits.maxUnsentBytes = 64 << 10
         let server = try TestServer(configuration: configuration)
         defer { server.stop() }
         let flooder = try HTTPTestClient(port: server.port, receiveBufferBytes: 4096)
-        // Requests of 38 bytes, each answered with 16 KiB. The first 64 KiB go in one write,
-        // so that the server's first read holds 1,700 of them: 28 MB of answers.
-        let request = "GET /bytes/16384 HTTP/1.1\r\nHost: t\r\n\r\n"
+        // Requests of 37 bytes, each answered with 1 KiB (small, so that the answers in
+        // flight past the bound are few beside it). The first 64 KiB go in one write, so
+        // that the server's first read holds 1,770 of them: 1.8 MB of answers.
+        let request = "GET /bytes/1024 HTTP/1.1\r\nHost: t\r\n\r\n"
         let requests = Array(String(repeating: request, count: 100).utf8)
-        try flooder.send(String(repeating: request, count: (64 << 10) / request.utf8.count))
-        var accepted = 0
+        let first = String(repeating: request, count: (64 << 10) / request.utf8.count)
+        try flooder.send(first)
+        var accepted = first.utf8.count
         var refusedInARow = 0
         var closed = false
         // Until the kernel has taken nothing for half a second (20 ms apart), the server
@@ -190,12 +194,31 @@ private final class TestServer {
             refusedInARow = taken == 0 ? refusedInARow + 1 : 0
             if taken == 0 { Thread.sleep(forTimeInterval: 0.02) }
         }
-        #expect(accepted < 16 << 20, "the server went on reading: \(accepted) bytes of requests taken")
-        let answered = server.recorder.records.reduce(0) { $0 + $1.responseBytes }
-        // The bound (64 KiB), 16 answers in flight (256 KiB) and what the server's socket
-        // buffer took (Linux: 4 MiB at most); without the bound, every request of the first
-        // read is answered.
-        #expect(answered < 8 << 20, "\(answered) bytes answered to a client that read none")
+        try #require(!closed && refusedInARow == 25, "the server went on reading, or closed the flooder early")
+        let records = server.recorder.records
+        let answer = try #require(records.first?.responseBytes)
+        let flooderPort = try #require(records.first?.remoteAddress?.split(separator: ":").last.flatMap { Int($0) })
+        let queues = try #require(
+            try KernelSocketQueues.of([(flooderPort, server.port), (server.port, flooderPort)]), "not in /proc/net/tcp")
+        let (atFlooder, atServer) = (queues[0], queues[1])
+        // Read by the server: what the flooder sent less what the kernels still hold. Beyond
+        // the requests it answered, the server holds at most one read (64 KiB) undecoded.
+        let read = accepted - atFlooder.unacknowledged - atServer.unread
+        let undecoded = read - records.count * request.utf8.count
+        #expect(undecoded >= 0 && undecoded <= 64 << 10, "\(undecoded) bytes read and not answered")
+        // Held by the server: what it answered less what the kernels took. It stopped
+        // reading once that passed the bound, and what it had dispatched by then (16
+        // pipelined requests at most, and the one being written) still went out; the
+        // kernel may take some of it later, but at a quarter of the bound or less the
+        // server reads again, and requests wait for it in its socket.
+        let answered = records.reduce(0) { $0 + $1.responseBytes }
+        let inKernels = atServer.unacknowledged + atFlooder.unread
+        let held = answered - inKernels
+        let bound = configuration.limits.maxUnsentBytes
+        let inFlight = (configuration.limits.maxPipelinedRequests + 1) * answer
+        #expect(atServer.unread > 0, "no request waited to be read")
+        #expect(held > bound / 4, "not reading at \(held) bytes held, a quarter of the bound (\(bound)) or less")
+        #expect(held <= bound + inFlight, "\(held) bytes held, over the bound and \(inFlight) in flight")
 
         let other = try server.client()
         #expect(try other.request("GET", "/healthz").text == "ok")
@@ -492,7 +515,11 @@ private final class TestServer {
         server.server.shutdown(deadline: .now + .seconds(10)) { done.signal() }
         server.server.shutdown(deadline: .now + .seconds(10)) { done.signal() }
         // Neither completes while the request is in flight; both do once it is answered.
-        #expect(done.wait(timeout: .now() + 0.2) == .timedOut)
+        // The loop has run both shutdowns once a block queued after them ran, and the
+        // listener is closed: a completion due then would have been called already.
+        server.group.loops[0].runAndWait {}
+        #expect(throws: HTTPTestClientError.refused(port: server.port)) { try HTTPTestClient(port: server.port) }
+        #expect(done.wait(timeout: .now()) == .timedOut)
         server.recorder.release()
         #expect(done.wait(timeout: .now() + 10) == .success)
         #expect(done.wait(timeout: .now() + 10) == .success)
@@ -523,7 +550,7 @@ private final class TestServer {
         #expect(busy.waitForClose())
         #expect(done.wait(timeout: .now() + 5) == .success)
         // No longer accepting.
-        #expect((try? HTTPTestClient(port: server.port).request("GET", "/healthz")) == nil)
+        #expect(throws: HTTPTestClientError.refused(port: server.port)) { try HTTPTestClient(port: server.port) }
         server.group.stop()
     }
 

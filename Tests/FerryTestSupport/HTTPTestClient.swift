@@ -28,6 +28,11 @@ public struct HTTPTestClientError: Error, Equatable, CustomStringConvertible {
 
     /// A receive waited its whole timeout and nothing came.
     public static let receiveTimedOut = HTTPTestClientError(description: "receive timed out")
+
+    /// A connect to `host:port` that nothing listens on (ECONNREFUSED).
+    public static func refused(port: Int, host: String = "127.0.0.1") -> HTTPTestClientError {
+        HTTPTestClientError(description: "connect \(host):\(port): errno \(ECONNREFUSED)")
+    }
 }
 
 /// A small blocking HTTP/1.1 client over a plain socket, for tests of a real server.

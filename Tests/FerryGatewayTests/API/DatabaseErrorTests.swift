@@ -44,6 +44,47 @@ import Testing
         ) == "0"
     }
 
+    /// Runs `body` with a gateway started after `setting` became the database's default for
+    /// every connection the gateway opens (the admin's is open already).
+    func withItems(
+        databaseSetting setting: String, _ body: (AccountsGateway) async throws -> Void
+    ) async throws {
+        try await AccountsDatabase.with { database in
+            try await database.admin.execute(Self.tables)
+            try await database.admin.execute("alter database \(database.database.name) set \(setting)")
+            try await withStartedGateway(databaseURL: database.gatewayURL) { gateway, port in
+                try await body(AccountsGateway(database: database, gateway: gateway, port: port))
+            }
+        }
+    }
+
+    // MARK: - 08: connection exception
+
+    /// PostgreSQL's own 08001, raised where an operator's trigger reaches another server
+    /// (dblink) that does not answer: the class itself, not a connection the gateway lost.
+    @Test func aConnectionExceptionTheDatabaseRaisesIsUnavailable() async throws {
+        try await withItems { server, device in
+            let closedPort = try freePort()
+            try await server.database.admin.execute(
+                """
+                create extension dblink;
+                create function public.reach_archive() returns trigger language plpgsql security definer as $$
+                begin perform public.dblink_connect('host=127.0.0.1 port=\(closedPort) connect_timeout=5'); return new; end $$;
+                create trigger reach_archive before insert on public.items for each row execute function public.reach_archive();
+                """)
+            // What the push meets, asked directly: PostgreSQL's 08001.
+            do {
+                try await server.database.admin.execute("insert into public.items values (gen_random_uuid(), 'x', 'x')")
+                Issue.record("the trigger reached a closed port")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == "08001", "\(error)")
+            }
+            let pushed = try await server.pushBatch(device, [upsert(1, "a", title: "t")])
+            expectUnavailable(pushed.response)
+            #expect(try await nothingWasPushed(server))
+        }
+    }
+
     // MARK: - 57: operator intervention
 
     @Test func aStatementTimeoutIsUnavailable() async throws {
@@ -141,6 +182,69 @@ import Testing
         }
     }
 
+    /// A real 40001: the push (repeatable read, the database's default here) waits on a
+    /// row another transaction updates, which then commits.
+    @Test func aSerializationFailureIsUnavailableAndAppliesNothing() async throws {
+        try await withItems(databaseSetting: "default_transaction_isolation = 'repeatable read'") { server in
+            let device = try await server.signUpAnonymous()
+            let seeded = try await server.pushBatch(device, [upsert(1, "a", title: "a0")])
+            try #require(seeded.outcomes == ["applied"], "\(seeded.response)")
+            let other = try await server.database.database.connect()
+            try await other.execute("begin; update public.items set title = 'other' where id = 'a'")
+            async let pushed = server.pushBatch(device, [upsert(2, "b", title: "b1"), upsert(3, "a", title: "a1")])
+            let waiting = try await server.database.gatewayBackendWaitingOnALock(running: "ferry.push")
+            try #require(waiting != nil, "the push never waited on row a")
+            try await other.execute("commit")
+            await other.close()
+            expectUnavailable(try await pushed.response)
+            #expect(
+                try await server.database.rows("select id, title from public.items order by id") == [["a", "other"]])
+            let retried = try await server.pushBatch(
+                device, [upsert(2, "b", title: "b1"), upsert(3, "a", title: "a1")])
+            #expect(retried.outcomes == ["applied", "applied"], "\(retried.response)")
+        }
+    }
+
+    /// 40002 at commit: a deferred constraint trigger (an operator's integrity rule) that
+    /// fails when the push commits is the request's own data, a final 409.
+    @Test func aTransactionIntegrityViolationAtCommitIsAFinalConflict() async throws {
+        try await withItems { server, device in
+            try await server.database.admin.execute(
+                """
+                create function public.titles_differ() returns trigger language plpgsql as $$
+                begin
+                    if (select count(distinct title) <> count(*) from public.items where user_id = new.user_id) then
+                        raise exception 'two items share a title' using errcode = 'transaction_integrity_constraint_violation';
+                    end if;
+                    return null;
+                end $$;
+                create constraint trigger titles_differ after insert or update on public.items
+                    deferrable initially deferred for each row execute function public.titles_differ();
+                """)
+            let twins = try await server.pushBatch(
+                device, [upsert(1, "a", title: "same"), upsert(2, "b", title: "same")])
+            #expect(twins.response.status == 409 && twins.response.code == "conflict", "\(twins.response)")
+            #expect(twins.response.retryable == false)
+            #expect(twins.response.string("error", "message")?.contains("two items share a title") == true)
+            #expect(try await nothingWasPushed(server))
+            let distinct = try await server.pushBatch(
+                device, [upsert(1, "a", title: "one"), upsert(2, "b", title: "two")])
+            #expect(distinct.outcomes == ["applied", "applied"], "\(distinct.response)")
+        }
+    }
+
+    // MARK: - 25006: read-only transaction
+
+    /// A database that only reads (a standby during a failover): a sign-up's insert is
+    /// refused 25006 by PostgreSQL, which a retry elsewhere can fix.
+    @Test func aReadOnlyTransactionIsUnavailable() async throws {
+        try await withItems(databaseSetting: "default_transaction_read_only = on") { server in
+            let signUp = try await server.call("POST", "/v1/auth/anonymous", json: ["device_id": UUID().uuidString])
+            expectUnavailable(signUp)
+            #expect(try await server.database.value("select count(*) from ferry.users") == "0")
+        }
+    }
+
     // MARK: - 53: insufficient resources
 
     @Test func exhaustedResourcesAreUnavailable() async throws {
@@ -197,6 +301,19 @@ import Testing
             #expect(answer.response.status == 400 && answer.response.code == "invalid_request", "\(answer.response)")
             #expect(answer.response.string("error", "message")?.contains("division by zero") == true)
             #expect(try await nothingWasPushed(server))
+        }
+    }
+
+    /// 54000 outside a push: a lock key too large for the lock table's primary-key index
+    /// (random hex, which does not compress under the btree's 2,704-byte entry limit).
+    @Test func aProgramLimitOutsideAPushIsAFinalInvalidRequest() async throws {
+        try await withItems { server, device in
+            let key = (0..<200).map { _ in String(format: "%016llx", UInt64.random(in: 0...UInt64.max)) }.joined()
+            let claim = try await server.call("POST", "/v1/locks/games/\(key)/claim", token: device.accessToken)
+            #expect(claim.status == 400 && claim.code == "invalid_request", "\(claim)")
+            #expect(claim.retryable == false)
+            #expect(claim.string("error", "message")?.contains("index row size") == true, "\(claim)")
+            #expect(try await server.database.value("select count(*) from public.games") == "0")
         }
     }
 

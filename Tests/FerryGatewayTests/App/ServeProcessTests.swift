@@ -272,7 +272,18 @@ import Testing
 
             // No new connections once shutdown began (how soon it begins depends on the
             // machine's load: wait for it, 5 s at most)...
-            #expect(try await eventuallyHolds(seconds: 5) { (try? HTTPTestClient(port: port)) == nil })
+            let refused = HTTPTestClientError.refused(port: port)
+            var lastError: (any Error)?
+            #expect(
+                try await eventuallyHolds(seconds: 5) {
+                    do {
+                        try HTTPTestClient(port: port).close()
+                        return false
+                    } catch {
+                        lastError = error
+                        return (error as? HTTPTestClientError) == refused
+                    }
+                }, "new connections still accepted, or refused otherwise: \(String(describing: lastError))")
             // ...but the request in flight is answered.
             try inFlight.send("world")
             let response = try inFlight.readResponse()

@@ -470,20 +470,34 @@ import Testing
         }
     }
 
+    /// Roles are cluster-wide: 0001 (with fresh role names) migrates four databases while
+    /// another session holds both roles created in a transaction it has not committed.
+    /// Every migrator's CREATE ROLE waits on that transaction (checked before it commits),
+    /// so each then meets the role made under it: unique_violation on ferry_client, which
+    /// it waited for, and duplicate_object on ferry_gateway, committed by then.
     @Test func roleCreationIsSafeWhenManyDatabasesMigrateAtOnce() async throws {
-        // Roles are cluster-wide. Run 0001 with fresh role names in four databases at
-        // once, so every session races the others to create the same roles.
         let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let client = "ferry_client_\(suffix)"
+        let gateway = "ferry_gateway_\(suffix)"
         let source = try String(
             contentsOfFile: Self.sqlRoot + "/ferry/0001_roles.sql", encoding: .utf8)
-        let sql = source.replacingOccurrences(of: "ferry_client", with: "ferry_client_\(suffix)")
-            .replacingOccurrences(of: "ferry_gateway", with: "ferry_gateway_\(suffix)")
+        let sql = source.replacingOccurrences(of: "ferry_client", with: client)
+            .replacingOccurrences(of: "ferry_gateway", with: gateway)
         let files = try MigrationFiles(["0001_roles.sql": sql])
         defer { files.remove() }
-        var databases: [TestDatabase] = []
-        for _ in 0..<4 { databases.append(try await TestDatabase.create(prefix: "ferry_migrator")) }
+        var created: [TestDatabase] = []
+        for _ in 0..<4 { created.append(try await TestDatabase.create(prefix: "ferry_migrator")) }
+        let databases = created
+        let maintenance = try await PostgresClient.connect(try TestDatabase.maintenanceConfiguration())
+        let holder = try await PostgresClient.connect(try TestDatabase.maintenanceConfiguration())
+        try await holder.execute(
+            """
+            begin;
+            create role \(client) nologin nobypassrls;
+            create role \(gateway) login nosuperuser nobypassrls nocreatedb nocreaterole
+            """)
         let migrator = files.migrator
-        let outcomes = await withTaskGroup(of: Result<[String], any Error>.self) { group in
+        async let migrations = withTaskGroup(of: Result<[String], any Error>.self) { group in
             for database in databases {
                 group.addTask {
                     do {
@@ -500,17 +514,29 @@ import Testing
             for await outcome in group { outcomes.append(outcome) }
             return outcomes
         }
-        let maintenance = try await PostgresClient.connect(try TestDatabase.maintenanceConfiguration())
+        let names = databases.map(\.name)
+        let waited = try await eventuallyHolds(seconds: 30) {
+            try await maintenance.query(
+                """
+                select count(*) from pg_stat_activity
+                where datname = any($1::text[]) and wait_event_type = 'Lock' and wait_event = 'transactionid'
+                """, ["{\(names.joined(separator: ","))}"])[0, 0] == "4"
+        }
+        try await holder.execute("commit")
+        await holder.close()
+        let outcomes = await migrations
         let roles = try await maintenance.query(
-            "select count(*) from pg_roles where rolname in ($1, $2)",
-            ["ferry_client_\(suffix)", "ferry_gateway_\(suffix)"])
+            "select count(*) from pg_roles where rolname in ($1, $2)", [client, gateway])
+        let member = try await maintenance.query("select pg_has_role($1, $2, 'member')", [gateway, client])
         for database in databases { try await database.drop() }
-        _ = try? await maintenance.execute("drop role if exists ferry_gateway_\(suffix), ferry_client_\(suffix)")
+        _ = try? await maintenance.execute("drop role if exists \(gateway), \(client)")
         await maintenance.close()
+        #expect(waited, "the migrators did not all wait on the roles being created")
         for outcome in outcomes {
             #expect(throws: Never.self) { try outcome.get() }
         }
         #expect(roles[0, 0] == "2")
+        #expect(member[0, 0] == "t", "0001 made \(gateway) a member of \(client)")
     }
 }
 

@@ -104,23 +104,34 @@ import Testing
         }
     }
 
+    /// quick goes stale after 1 s, games after 30 s; the phone claims games, then quick. The
+    /// tablet's claims of quick are refused while its heartbeat is younger than 1 s and
+    /// succeed once it is older; games, claimed earlier still, is still held then (its
+    /// heartbeat's age, as the server measures it, proves the second passed for it too).
     @Test func aStaleLockIsTakenOverWithoutForce() async throws {
         try await withTwoDevices { server, phone, tablet in
-            #expect(try await lock(server, phone, "claim", table: "quick").status == 200)
-            // quick's stale limit is 1 s: wait it out (bounded), then claim again.
-            try await Task.sleep(for: .milliseconds(1_200))
-            let deadline = Date().addingTimeInterval(5)
-            var taken = try await lock(server, tablet, "claim", table: "quick")
-            while taken.status == 409 && Date() < deadline {
-                try await Task.sleep(for: .milliseconds(200))
-                taken = try await lock(server, tablet, "claim", table: "quick")
+            #expect(try await lock(server, phone, "claim").status == 200)
+            let phonesClaim = try await lock(server, phone, "claim", table: "quick")
+            #expect(phonesClaim.status == 200, "\(phonesClaim)")
+            var refusedAtAges: [Int] = []
+            let taken = try await eventually("quick taken over once stale", seconds: 10) { () -> APIResponse? in
+                let answer = try await lock(server, tablet, "claim", table: "quick")
+                guard answer.code == "lock_held" else { return answer }
+                refusedAtAges.append(answer.value("error", "heartbeat_age_ms") as? Int ?? -1)
+                try await Task.sleep(for: .milliseconds(100))
+                return nil
             }
             #expect(taken.status == 200 && taken.string("holder") == tablet.deviceID, "\(taken)")
+            #expect(refusedAtAges.allSatisfy { (0..<1_000).contains($0) }, "refused at \(refusedAtAges) ms")
+            let staleAfter = try await server.database.value(
+                "select extract(epoch from $2::timestamptz - $1::timestamptz) >= 1",
+                [phonesClaim.string("heartbeat_at") ?? "", taken.string("heartbeat_at") ?? ""])
+            #expect(staleAfter == "t", "taken over within a second of the phone's claim")
             #expect(try await lock(server, phone, "heartbeat", table: "quick").code == "lock_lost")
-            // The default limit (30 s) keeps a lock held well past 1 s.
-            #expect(try await lock(server, phone, "claim").status == 200)
-            try await Task.sleep(for: .milliseconds(1_200))
-            #expect(try await lock(server, tablet, "claim").code == "lock_held")
+            let games = try await lock(server, tablet, "claim")
+            #expect(games.code == "lock_held", "\(games)")
+            let age = try #require(games.value("error", "heartbeat_age_ms") as? Int, "\(games)")
+            #expect(age >= 1_000, "games was claimed before quick, which went stale after 1 s: \(age) ms")
         }
     }
 

@@ -188,15 +188,25 @@ import Testing
         }
     }
 
-    /// Three writers commit 300 small transactions on 40 keys (upserts and tombstones, held
-    /// open a few milliseconds so commits come out of order) while a puller loops with a
-    /// small limit; once they stop, a last pass brings the puller's merged state to the table's.
+    /// Three writers commit 300 small transactions on 40 keys (upserts and tombstones)
+    /// while a puller loops with a small limit, and 20 times over the test commits out of
+    /// order on purpose: a transaction writes keys of its own and stays open while a
+    /// later one writes and commits, and only after a whole pull has run in that window
+    /// does the earlier one commit. Once all stop, a last pass brings the puller's merged
+    /// state to the table's.
     @Test func concurrentWritersAndALoopingPullerEndInTheSameState() async throws {
         try await withTables { server in
             let alice = try await server.signUpAnonymous()
             let owner = alice.userID
             let done = DoneFlag()
+            let progress = PullProgress()
             let database = server.database.database
+            func upsert(_ id: String, _ title: String) -> String {
+                """
+                insert into public.items (id, user_id, title) values ('\(id)', '\(owner)', '\(title)')
+                    on conflict (id) do update set title = excluded.title, _deleted = false;
+                """
+            }
             async let writers: Void = withThrowingTaskGroup(of: Void.self) { group in
                 for writer in 0..<3 {
                     group.addTask {
@@ -212,21 +222,29 @@ import Testing
                             var sql = "begin;"
                             for key in keys {
                                 let id = "r-\(key)"
-                                if Int.random(in: 0..<4, using: &random) == 0 {
-                                    sql += "update public.items set _deleted = true where id = '\(id)';"
-                                } else {
-                                    sql += """
-                                        insert into public.items (id, user_id, title) values ('\(id)', '\(owner)', 'w\(writer)-\(transaction)')
-                                            on conflict (id) do update set title = excluded.title, _deleted = false;
-                                        """
-                                }
+                                sql +=
+                                    Int.random(in: 0..<4, using: &random) == 0
+                                    ? "update public.items set _deleted = true where id = '\(id)';"
+                                    : upsert(id, "w\(writer)-\(transaction)")
                             }
-                            sql +=
-                                "select pg_catalog.pg_sleep(\(Double(Int.random(in: 0...4, using: &random)) / 1000)); commit;"
-                            _ = try await connection.execute(sql)
+                            _ = try await connection.execute(sql + "commit;")
                         }
                         await connection.close()
                     }
+                }
+                // The forced out-of-order commits, on keys no writer touches (so no lock
+                // waits on a transaction the test holds open).
+                group.addTask {
+                    let early = try await database.connect()
+                    let late = try await database.connect()
+                    for round in 0..<20 {
+                        _ = try await early.execute("begin;" + upsert("early-\(round % 5)", "e\(round)"))
+                        _ = try await late.execute("begin;" + upsert("late-\(round % 5)", "l\(round)") + "commit;")
+                        try await progress.waitForAPullStartedNow()
+                        _ = try await early.execute("commit")
+                    }
+                    await early.close()
+                    await late.close()
                 }
                 try await group.waitForAll()
                 await done.set()
@@ -240,7 +258,9 @@ import Testing
             var finalPass = false
             while Date() < deadline {
                 let writersDone = await done.value
+                await progress.pullStarted()
                 let page = try await server.pull(alice, cursor: cursor, limit: 7)
+                await progress.pullCompleted()
                 try #require(page.status == 200, "\(page.response)")
                 pulls += 1
                 for row in page.upserts("items") {
@@ -255,12 +275,34 @@ import Testing
             }
             try await writers
             #expect(finalPass, "the puller did not finish within 90 s")
+            #expect(await progress.windowsObserved == 20, "pulls inside an out-of-order window")
             let live = try await server.database.rows(
                 "select id, title from public.items where not _deleted order by id")
             let expected = Dictionary(uniqueKeysWithValues: live.map { ($0[0] ?? "", $0[1]) })
             #expect(state == expected, "after \(pulls) pulls")
+            #expect(expected["early-4"] == "e19" && expected["late-4"] == "l19", "\(expected)")
         }
     }
+}
+
+/// The looping puller's pulls, counted, so that a writer can wait for a whole pull run
+/// while it holds a transaction open.
+actor PullProgress {
+    private var started = 0
+    private var completed = 0
+    private(set) var windowsObserved = 0
+
+    func pullStarted() { started += 1 }
+    func pullCompleted() { completed += 1 }
+
+    /// Returns once a pull that started after this call has completed (30 s at most).
+    nonisolated func waitForAPullStartedNow() async throws {
+        let mark = await started
+        try await eventually("a pull in the window", seconds: 30) { await self.completed > mark }
+        await windowObserved()
+    }
+
+    private func windowObserved() { windowsObserved += 1 }
 }
 
 /// Set once the writers have committed everything.
