@@ -35,7 +35,7 @@ func client(
                 lines.withLock { $0.append(line) }
             }
             let user = try #require(ferry.user?.id)
-            gateway.stop()
+            await gateway.stop()
             try ferry.enqueue(.upsert, into: "tasks", ["id": "t-1", "title": "offline"])
             try await eventually("the push failing", seconds: 20) { ferry.status.lastError != nil }
             try await gateway.start()

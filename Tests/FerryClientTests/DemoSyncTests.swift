@@ -24,7 +24,7 @@ func shownIDs(_ json: String, column: String = "id") throws -> [String] {
             let device = gateway.device("phone")
             let user = try #require(try await gateway.status(device)["user_id"] as? String)
             try await gateway.demoJSON(device, "enqueue", "tasks", "upsert", #"{"id": "t-1", "title": "online"}"#)
-            gateway.stop()
+            await gateway.stop()
             try await gateway.demoJSON(device, "enqueue", "tasks", "upsert", #"{"id": "t-2", "title": "offline"}"#)
             let offline = try await gateway.demo(device, "sync")
             #expect(offline.status == 4, "\(offline.errors)")

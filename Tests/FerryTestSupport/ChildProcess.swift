@@ -85,6 +85,20 @@ public final class ChildProcess: Sendable {
     @discardableResult
     public func wait() -> Ending { reap(blocking: true)! }
 
+    /// The inode numbers of the sockets the child holds open (`/proc/<pid>/fd`), by which
+    /// the kernel lists them in `/proc/net/tcp`; empty once it ended.
+    public var socketInodes: Set<UInt64> {
+        let folder = "/proc/\(pid)/fd"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return Set(
+            names.compactMap { name in
+                guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: folder + "/" + name),
+                    target.hasPrefix("socket:["), target.hasSuffix("]")
+                else { return nil }
+                return UInt64(target.dropFirst("socket:[".count).dropLast())
+            })
+    }
+
     /// How the child ended, once it has (nil while it runs).
     public var ended: Ending? { reap(blocking: false) }
 

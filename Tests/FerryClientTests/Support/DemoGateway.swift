@@ -1,3 +1,4 @@
+import FerryLoop
 import FerryPostgres
 import FerryTestSupport
 import Foundation
@@ -38,12 +39,16 @@ final class DemoGateway: Sendable {
                 "ferry-demo-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             let gateway = DemoGateway(database: database, port: try freePort(), folder: folder, extra: environment)
-            defer {
-                gateway.stop()
+            do {
+                try await gateway.start()
+                try await body(gateway)
+            } catch {
+                await gateway.stop()
                 try? FileManager.default.removeItem(at: folder)
+                throw error
             }
-            try await gateway.start()
-            try await body(gateway)
+            await gateway.stop()
+            try? FileManager.default.removeItem(at: folder)
         }
     }
 
@@ -69,6 +74,20 @@ final class DemoGateway: Sendable {
             throw ChildProcessError(
                 description: "ferry serve ended: " + ((try? String(contentsOfFile: log, encoding: .utf8)) ?? ""))
         }
+        // The port was free while the gateway was down: what answered must be this child
+        // alone, or the devices would be talking to another test's gateway.
+        let address = try SocketAddress(host: "127.0.0.1", port: port)
+        guard TCPListener.otherListeners(on: address, excluding: child.socketInodes) == 0 else {
+            child.send(SIGKILL)
+            _ = await Self.wait(for: child, seconds: 10)
+            throw ChildProcessError(description: "another process took port \(port) while the gateway was down")
+        }
+    }
+
+    /// Waits (off the concurrency pool's threads) up to `seconds` for `child` to end,
+    /// then kills it.
+    private static func wait(for child: ChildProcess, seconds: Double) async -> ChildProcess.Ending? {
+        try? await offload { child.wait(seconds: seconds).0 }
     }
 
     /// What `ferry serve` wrote to its log, every start of it.
@@ -77,7 +96,9 @@ final class DemoGateway: Sendable {
     }
 
     /// Stops the gateway (SIGTERM, then SIGKILL after 10 s): the devices are offline.
-    func stop() {
+    /// The wait blocks a thread of its own, not one of the concurrency pool's, which the
+    /// clients of every test in the process share.
+    func stop() async {
         guard
             let child = server.withLock({ server in
                 defer { server = nil }
@@ -85,7 +106,7 @@ final class DemoGateway: Sendable {
             })
         else { return }
         child.send(SIGTERM)
-        _ = child.wait(seconds: 10)
+        _ = await Self.wait(for: child, seconds: 10)
     }
 
     /// A state folder: one device.
