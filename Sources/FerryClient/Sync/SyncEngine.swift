@@ -160,7 +160,7 @@ actor SyncEngine {
     private func finish(pass number: Int, _ result: PassResult) {
         if let error = result.error {
             status.update { $0.lastError = error }
-            if error.isRetryable && !stopped {
+            if Self.isRetriedLater(error) && !stopped {
                 scheduleRetry(after: error, push: result.push != nil, pull: result.pull != nil)
             } else if !stopped {
                 log("sync failed (\(error)); not retried until the next write, sync() or reconnect")
@@ -176,6 +176,21 @@ actor SyncEngine {
         let ready = waiters.filter { $0.after < number }
         waiters.removeAll { $0.after < number }
         for waiter in ready { waiter.continuation.resume(returning: result) }
+    }
+
+    /// Whether a pass that failed with `error` is run again by the backoff timer: after
+    /// every failure that time may cure (``FerryError/isRetryable``), and after those that
+    /// left the outbox as it was for a reason of the moment: an answer that did not follow
+    /// the protocol (a proxy's error page, a cut body), the local store or the session
+    /// unreadable just then, a `401` the refresh could not cure. Not without a session
+    /// (a sign-in resumes the engine), nor after a final answer (a push's is settled per
+    /// mutation, so the queue has moved on).
+    static func isRetriedLater(_ error: FerryError) -> Bool {
+        switch error {
+        case .invalidAnswer, .storage, .sessionUnreadable: true
+        case .server(let server): server.retryable || server.status == 401
+        default: error.isRetryable
+        }
     }
 
     private func scheduleRetry(after error: FerryError, push: Bool, pull: Bool) {
