@@ -25,11 +25,13 @@ enum CueStreamMessage: Sendable, Equatable {
     /// stream look silent, a huge one would switch the silence watchdog off.
     static let heartbeatRange = 100...600_000
 
-    /// Reads one message from its JSON text; `eventType` is SSE's `event:` field.
+    /// Reads one message from its JSON text (the client's own parser, as for every
+    /// answer); `eventType` is SSE's `event:` field. A field of the wrong type counts as
+    /// missing, so one bad field never hides what the message is.
     init(json: String, eventType: String? = nil) {
-        let object =
-            (try? JSONSerialization.jsonObject(with: Data(json.utf8), options: [])) as? [String: Any] ?? [:]
-        let type = object["type"] as? String ?? eventType ?? ""
+        let object: [String: JSONValue]
+        if case .object(let parsed)? = try? JSONValue(json: Data(json.utf8)) { object = parsed } else { object = [:] }
+        let type = object["type"]?.stringValue ?? eventType ?? ""
         switch type {
         case "hello":
             let heartbeat = Self.integer(object["heartbeat_ms"]) ?? Self.defaultHeartbeatMilliseconds
@@ -37,13 +39,13 @@ enum CueStreamMessage: Sendable, Equatable {
                 heartbeatMilliseconds: min(
                     max(heartbeat, Self.heartbeatRange.lowerBound), Self.heartbeatRange.upperBound))
         case "cue":
-            self = .cue(
-                tables: (object["tables"] as? [Any])?.compactMap { $0 as? String } ?? [],
-                origin: object["origin"] as? String)
+            let tables: [String] =
+                if case .array(let values)? = object["tables"] { values.compactMap(\.stringValue) } else { [] }
+            self = .cue(tables: tables, origin: object["origin"]?.stringValue)
         case "token_expiring":
             self = .tokenExpiring(inMilliseconds: max(0, Self.integer(object["in_ms"]) ?? 0))
         case "closed":
-            self = .closed(code: Self.integer(object["code"]), reason: object["reason"] as? String)
+            self = .closed(code: Self.integer(object["code"]), reason: object["reason"]?.stringValue)
         default:
             self = .other(type: type)
         }
@@ -51,10 +53,13 @@ enum CueStreamMessage: Sendable, Equatable {
 
     /// A JSON number as an `Int`, or nil when it is not a number or does not fit in
     /// ±2³¹ (a bound no field of the protocol comes near, and no arithmetic traps on).
-    private static func integer(_ value: Any?) -> Int? {
-        // (A JSON `true` reads as 1 here; no field of the protocol is harmed by that.)
-        guard let number = value as? NSNumber else { return nil }
-        let double = number.doubleValue
+    private static func integer(_ value: JSONValue?) -> Int? {
+        let double: Double
+        switch value {
+        case .integer(let integer)?: double = Double(integer)
+        case .double(let number)?: double = number
+        default: return nil
+        }
         guard double.isFinite, abs(double) < 2_147_483_648 else { return nil }
         return Int(double)
     }
