@@ -81,7 +81,7 @@ func client(
             }
             let now = Int(Date().timeIntervalSince1970)
             let shortToken = try signedAccessToken(
-                secret: clientTestSecret, userID: session.userID, sessionID: session.sessionID,
+                secret: testSecret, userID: session.userID, sessionID: session.sessionID,
                 deviceID: session.deviceID, isAnonymous: false, now: now, expiresAt: now + 80)
             session.accessToken = shortToken
             session.issuedAt = Date(timeIntervalSince1970: TimeInterval(now - 10))

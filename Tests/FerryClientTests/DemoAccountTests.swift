@@ -248,6 +248,6 @@ func expiredCopy(of token: String) throws -> String {
             .replacingOccurrences(of: "=", with: "")
     }
     let payload = encode(try JSONSerialization.data(withJSONObject: claims))
-    let signature = encode(Data(hmacSHA256(key: clientTestSecret, parts[0] + "." + payload)))
+    let signature = encode(Data(hmacSHA256(key: testSecret, parts[0] + "." + payload)))
     return parts[0] + "." + payload + "." + signature
 }

@@ -84,7 +84,10 @@ public struct TestDatabase: Sendable {
     /// ``url`` with its user replaced by `user` and no password (the test cluster trusts
     /// loopback), e.g. to connect as `ferry_gateway`; throws when the environment gave
     /// no URL.
-    public func url(user: String) throws(TestDatabaseError) -> String {
+    public func url(user: String) throws(TestDatabaseError) -> String { try Self.url(url, user: user) }
+
+    /// `url` with its user replaced by `user` and no password.
+    public static func url(_ url: String, user: String) throws(TestDatabaseError) -> String {
         guard var components = URLComponents(string: url), components.scheme?.hasPrefix("postgres") == true else {
             throw TestDatabaseError("\(Self.environmentVariable) must be a postgresql:// URL for these tests")
         }

@@ -5,9 +5,6 @@ import Foundation
 import Synchronization
 import Testing
 
-/// The gateway's secret, under the name these suites use: the kit's one ``testSecret``.
-let clientTestSecret = testSecret
-
 /// A real `ferry serve` (a child process, so a test can stop it and start it again on the
 /// same port) on a fresh database migrated with Ferry's SQL and both example apps
 /// (puzzle and tasks), and `ferry-demo` run against it as processes, each state folder

@@ -70,7 +70,7 @@ import Testing
     }
 
     @Test func serveOnADatabaseThatDoesNotExistExits1() async throws {
-        let url = try AccountsDatabase.url(
+        let url = try TestDatabase.url(
             try TestDatabase.maintenanceConfiguration().connectionString, user: "postgres")
         var components = try #require(URLComponents(string: url))
         components.path = "/ferry_no_such_database"

@@ -48,7 +48,7 @@ import Testing
             try await admin.execute("grant all on database \(database.name) to \(role)")
             do {
                 let plain = try await PostgresClient.connect(
-                    PostgresConfiguration(try AccountsDatabase.url(database.url, user: role)))
+                    PostgresConfiguration(try database.url(user: role)))
                 do {
                     try await files.migrator.migrate(plain)
                     Issue.record("a role without BYPASSRLS migrated")

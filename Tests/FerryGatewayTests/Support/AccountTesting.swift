@@ -31,17 +31,6 @@ struct AccountsDatabase: Sendable {
         }
     }
 
-    /// `url` with its user replaced (and no password: the test cluster trusts loopback).
-    static func url(_ url: String, user: String) throws -> String {
-        guard var components = URLComponents(string: url), components.scheme?.hasPrefix("postgres") == true else {
-            throw AccountsTestError("\(TestDatabase.environmentVariable) must be a postgresql:// URL for these tests")
-        }
-        components.user = user
-        components.password = nil
-        guard let replaced = components.string else { throw AccountsTestError("cannot rewrite \(url)") }
-        return replaced
-    }
-
     /// A new connection logged in as `ferry_gateway`, as the gateway's own are.
     func connectAsGateway(applicationName: String = "ferry-tests") async throws -> PostgresClient {
         try await PostgresClient.connect(
@@ -206,12 +195,6 @@ struct PushAnswer: Sendable, CustomStringConvertible {
             }, uniquingKeysWith: { first, _ in first })
         description = text ?? ""
     }
-}
-
-/// A test set-up problem, said plainly.
-struct AccountsTestError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
 }
 
 // MARK: - A gateway on it
