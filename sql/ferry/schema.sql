@@ -1749,10 +1749,10 @@ $$;
 
 
 --
--- Name: refresh_session(text, text); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: refresh_session(text, text, text, text, interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) RETURNS record
+CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1760,30 +1760,43 @@ declare
     token ferry.refresh_tokens;
     owner ferry.sessions;
 begin
+    -- Concurrent refreshes of one token queue here; each sees the one before it committed.
     select * into token from ferry.refresh_tokens r where r.token_hash = p_token_hash for update;
-    if not found then
-        status := 'invalid';
-        return;
+    if found then
+        select * into owner from ferry.sessions s where s.id = token.session_id for update;
+    else
+        select * into owner from ferry.sessions s where s.refresh_chain = p_chain for update;
+        if not found then
+            status := 'invalid';
+            return;
+        end if;
     end if;
-    select * into owner from ferry.sessions s where s.id = token.session_id for update;
     session_id := owner.id;
     user_id := owner.user_id;
     if owner.revoked_at is not null then
         status := 'revoked';
         return;
     end if;
-    if token.used_at is not null then
+    if token.token_hash is null or (token.used_at is not null and token.used_at <= now() - p_grace) then
         update ferry.sessions s set revoked_at = now() where s.id = owner.id;
         perform ferry.announce_revocation(owner.id, owner.user_id, 'token_reused');
         status := 'reused';
         return;
     end if;
-    update ferry.refresh_tokens r set used_at = now() where r.token_hash = p_token_hash;
-    insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+    if token.used_at is not null then
+        sealed := token.sealed_successor;
+        status := 'grace';
+    else
+        delete from ferry.refresh_tokens r where r.session_id = owner.id and r.used_at is not null;
+        update ferry.refresh_tokens r set used_at = now(), sealed_successor = p_sealed
+            where r.token_hash = p_token_hash;
+        insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+        update ferry.sessions s set refresh_chain = coalesce(s.refresh_chain, p_chain) where s.id = owner.id;
+        status := 'ok';
+    end if;
     update ferry.sessions s set last_seen_at = now() where s.id = owner.id;
     update ferry.users u set last_seen_at = now() where u.id = owner.user_id returning u.email into email;
     device_id := owner.device_id;
-    status := 'ok';
 end
 $$;
 
@@ -3295,7 +3308,8 @@ CREATE TABLE ferry.refresh_tokens (
     token_hash text NOT NULL,
     session_id uuid NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    used_at timestamp with time zone
+    used_at timestamp with time zone,
+    sealed_successor text
 );
 
 
@@ -3340,7 +3354,8 @@ CREATE TABLE ferry.sessions (
     device_id text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
-    revoked_at timestamp with time zone
+    revoked_at timestamp with time zone,
+    refresh_chain text
 );
 
 
@@ -3490,6 +3505,13 @@ CREATE INDEX refresh_tokens_session ON ferry.refresh_tokens USING btree (session
 --
 
 CREATE INDEX revocations_time ON ferry.revocations USING btree (revoked_at);
+
+
+--
+-- Name: sessions_refresh_chain; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE UNIQUE INDEX sessions_refresh_chain ON ferry.sessions USING btree (refresh_chain) WHERE (refresh_chain IS NOT NULL);
 
 
 --
@@ -3857,11 +3879,11 @@ GRANT ALL ON FUNCTION ferry.recent_revocations(p_since timestamp with time zone,
 
 
 --
--- Name: FUNCTION refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) TO ferry_gateway;
+REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) TO ferry_gateway;
 
 
 --
