@@ -89,7 +89,10 @@ struct AccountRoutes {
         guard let body = responder.success(of: RefreshRequest.read(request)) else { return }
         let rotation = RefreshRotation(presented: body.refreshToken)
         if let refusal = accounts.refreshes.admit(rotation, from: Accounts.clientKey(request)) {
-            return responder.respond(refusal.response)
+            // Held a second, as RequestsInFlight's refusals are: a flood that ignores
+            // Retry-After then sends one refresh per connection per second, not thousands.
+            context.loop.schedule(after: RefreshLimits.refusalHoldMilliseconds) { responder.respond(refusal.response) }
+            return
         }
         let refresh = RefreshSession(rotation: rotation, graceSeconds: accounts.refreshes.graceSeconds)
         context.pool.run(refresh) { [accounts] result in

@@ -4,6 +4,9 @@ import FerryAuth
 /// refreshes allowed per session and per client address (`429` past either, before the
 /// database is asked), so that no client can turn refreshes into database load.
 struct RefreshLimits: Sendable {
+    /// How long a refused refresh waits for its `429`.
+    static let refusalHoldMilliseconds: UInt64 = 1000
+
     /// Seconds a rotated token is answered with its successor again.
     let graceSeconds: Int
     let perSession: RateLimiter

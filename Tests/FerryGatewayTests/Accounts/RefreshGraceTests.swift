@@ -127,7 +127,9 @@ import Testing
                 session = try harness.session(
                     from: try await harness.refresh(session.refreshToken), device: session.deviceID)
             }
+            let asked = ContinuousClock.now
             let refused = try await harness.refresh(session.refreshToken)
+            #expect(ContinuousClock.now - asked >= .milliseconds(900), "a refusal is held a second")
             #expect(refused.status == 429 && refused.code == "rate_limited" && refused.retryable == true, "\(refused)")
             #expect(Int(refused.header("Retry-After") ?? "") ?? 0 >= 1)
             // Nothing was rotated: the refused token is still the session's current one.
