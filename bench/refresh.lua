@@ -1,10 +1,14 @@
 -- wrk script of bench/refresh-flood.sh: POST /v1/auth/refresh as fast as answers come,
 -- each with the refresh token the last 200 carried (the rotation a client follows), the
--- same one again after a 429. Arguments: the session's first refresh token.
-local token
+-- same one again after a 429. Arguments: a file holding the session's refresh token,
+-- rewritten with each new one (so the next run of the flood goes on from it).
+local token, path
 
 function init(args)
-    token = args[1]
+    path = args[1]
+    local file = io.open(path)
+    token = file:read("*l")
+    file:close()
 end
 
 request = function()
@@ -14,6 +18,12 @@ end
 
 response = function(status, headers, body)
     if status == 200 then
-        token = body:match('"refresh_token":"([^"]+)"') or token
+        local rotated = body:match('"refresh_token":"([^"]+)"')
+        if rotated and rotated ~= token then
+            token = rotated
+            local file = io.open(path, "w")
+            file:write(token, "\n")
+            file:close()
+        end
     end
 end
