@@ -1,5 +1,5 @@
 # Ferry's two commands on a fresh Debian machine (README.md):
-#   make run    install what is missing, build, start the embedded PostgreSQL, migrate, serve
+#   make run    install what is missing, build (ferry and ferry-demo), start the embedded PostgreSQL, migrate, serve
 #   make test   the same set-up, then swift-format lint and every test
 # The other targets are the steps they are made of. Works as root (CI) or as a user.
 
@@ -63,7 +63,9 @@ db-reset: build ## stop the embedded PostgreSQL and delete its data
 
 # `ferry dev` starts the database itself (as `make db` would), so that Ctrl-C stops
 # both; a database that was already running is left running.
-run: deps build ## start PostgreSQL, migrate, serve the example app on 127.0.0.1:8080
+# ferry-demo too: the README's walk-through runs it against this server.
+run: deps build ## build ferry and ferry-demo, start PostgreSQL, migrate, serve the example app on 127.0.0.1:8080
+	swift build --product ferry-demo
 	$(FERRY) dev
 
 lint: ## swift-format lint, failing on any finding

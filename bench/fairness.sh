@@ -112,32 +112,10 @@ push_batch_template "$FLOOD_BATCH" 4 >"$tmp/flood_template.json"
 push_batch_template 1 4 >"$tmp/lock_template.json"
 check_push_batch "$base" "$(cat "$tmp/flood.tsv")" "$(cat "$tmp/flood_template.json")" "$FLOOD_BATCH"
 
-# The probe: first loads as the probe's users in turn, PROBE_DELAY_MS apart per connection;
-# prints its percentiles itself (wrk's own are rounded), in microseconds.
-cat >"$tmp/probe.lua" <<'LUA'
-local requests, i, pause = {}, 0, 0
-function init(args)
-    for line in io.lines(args[1]) do
-        requests[#requests + 1] = wrk.format("GET", "/v1/pull", { ["Authorization"] = "Bearer " .. line })
-    end
-    pause = tonumber(args[2])
-end
-request = function()
-    i = i % #requests + 1
-    return requests[i]
-end
-delay = function() return pause end
-function done(summary, latency, requests)
-    local failed = summary.errors.status + summary.errors.connect + summary.errors.read
-        + summary.errors.write + summary.errors.timeout
-    io.write(string.format("probe %d %d %d %d\n", latency:percentile(50), latency:percentile(99),
-        summary.requests, failed))
-end
-LUA
-
-# "p50_us p99_us requests failed" of one probe run.
+# "p50_us p99_us requests failed" of one probe run (bench/pull-probe.lua): first loads as
+# the probe's users in turn, PROBE_DELAY_MS apart per connection.
 probe() {
-    wrk -t1 -c"$PROBE_CONNECTIONS" -d"$DURATION" --timeout "$WRK_TIMEOUT" -s "$tmp/probe.lua" "$base" -- \
+    wrk -t1 -c"$PROBE_CONNECTIONS" -d"$DURATION" --timeout "$WRK_TIMEOUT" -s bench/pull-probe.lua "$base" -- \
         "$tmp/probe.tsv" "$PROBE_DELAY_MS" | awk '/^probe / { print $2, $3, $4, $5 }'
 }
 

@@ -24,13 +24,15 @@ def claims(token):
 
 
 def sign_up(_=None):
-    """A new anonymous user on a new device: its token, user, device and session ids."""
+    """A new anonymous user on a new device: its token, user, device and session ids, and
+    its refresh token."""
     device = str(uuid.uuid4())
     answer = call("POST", "/v1/auth/anonymous", body={"device_id": device})
     token = answer["session"]["access_token"]
     token_claims = claims(token)
     assert token_claims["did"] == device and token_claims["sub"] == answer["user"]["id"], token_claims
-    return {"token": token, "uid": token_claims["sub"], "did": device, "sid": token_claims["sid"]}
+    return {"token": token, "uid": token_claims["sub"], "did": device, "sid": token_claims["sid"],
+            "refresh": answer["session"]["refresh_token"]}
 
 
 def sign_up_many(count):

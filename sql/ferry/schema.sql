@@ -409,9 +409,15 @@ declare
     v_query text;
     v_resume_from text;
     v_resume_where text;
+    -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
+    -- a takeover from the pull its cue starts, with no heartbeat of its own.
+    v_lock_holder text := '';
 begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
+    end if;
+    if exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock') then
+        v_lock_holder := ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)';
     end if;
     select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
         pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
@@ -432,7 +438,7 @@ begin
                 select pg_catalog.row_number() over (order by t._stamp, %1$s) as n,
                     t._stamp as stamp, t._deleted as deleted,
                     pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[] as body,
+                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
                     pg_catalog.jsonb_build_object(%2$s) as key
                 from %3$s t%4$s
                 where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
@@ -1749,10 +1755,10 @@ $$;
 
 
 --
--- Name: refresh_session(text, text); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: refresh_session(text, text, text, text, interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) RETURNS record
+CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1760,30 +1766,43 @@ declare
     token ferry.refresh_tokens;
     owner ferry.sessions;
 begin
+    -- Concurrent refreshes of one token queue here; each sees the one before it committed.
     select * into token from ferry.refresh_tokens r where r.token_hash = p_token_hash for update;
-    if not found then
-        status := 'invalid';
-        return;
+    if found then
+        select * into owner from ferry.sessions s where s.id = token.session_id for update;
+    else
+        select * into owner from ferry.sessions s where s.refresh_chain = p_chain for update;
+        if not found then
+            status := 'invalid';
+            return;
+        end if;
     end if;
-    select * into owner from ferry.sessions s where s.id = token.session_id for update;
     session_id := owner.id;
     user_id := owner.user_id;
     if owner.revoked_at is not null then
         status := 'revoked';
         return;
     end if;
-    if token.used_at is not null then
+    if token.token_hash is null or (token.used_at is not null and token.used_at <= now() - p_grace) then
         update ferry.sessions s set revoked_at = now() where s.id = owner.id;
         perform ferry.announce_revocation(owner.id, owner.user_id, 'token_reused');
         status := 'reused';
         return;
     end if;
-    update ferry.refresh_tokens r set used_at = now() where r.token_hash = p_token_hash;
-    insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+    if token.used_at is not null then
+        sealed := token.sealed_successor;
+        status := 'grace';
+    else
+        delete from ferry.refresh_tokens r where r.session_id = owner.id and r.used_at is not null;
+        update ferry.refresh_tokens r set used_at = now(), sealed_successor = p_sealed
+            where r.token_hash = p_token_hash;
+        insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+        update ferry.sessions s set refresh_chain = coalesce(s.refresh_chain, p_chain) where s.id = owner.id;
+        status := 'ok';
+    end if;
     update ferry.sessions s set last_seen_at = now() where s.id = owner.id;
     update ferry.users u set last_seen_at = now() where u.id = owner.user_id returning u.email into email;
     device_id := owner.device_id;
-    status := 'ok';
 end
 $$;
 
@@ -2640,6 +2659,40 @@ begin
         v_changes := p_body::jsonb;
     exception when untranslatable_character then
         -- Every "\\" becomes "\u005c" (the same string), so what still reads "\u0000" is one.
+        -- In a table name, an id or a column name it is refused: dropping it would write
+        -- another key ("g\u0000t" as "gt"). Marked first as the six characters \u0000
+        -- (a "\\u0000"), it shows in those keys; in values it is then dropped.
+        v_changes := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '\\u0000')::jsonb;
+        select pg_catalog.format('table "%s": %s', e.key, k.what) into v_first
+            from pg_catalog.jsonb_each(case when pg_catalog.jsonb_typeof(v_changes) = 'object' then v_changes else '{}' end) e
+            left join lateral (
+                select 'the table name' as what where pg_catalog.strpos(e.key, '\u0000') > 0
+                union all
+                select pg_catalog.format('id "%s"', r.value ->> 'id')
+                    from pg_catalog.jsonb_array_elements(
+                        case when pg_catalog.jsonb_typeof(e.value -> 'created') = 'array' then e.value -> 'created' else '[]'::jsonb end
+                        || case when pg_catalog.jsonb_typeof(e.value -> 'updated') = 'array' then e.value -> 'updated' else '[]'::jsonb end
+                    ) r
+                    where pg_catalog.strpos(r.value ->> 'id', '\u0000') > 0
+                union all
+                select pg_catalog.format('id "%s"', d.value #>> '{}')
+                    from pg_catalog.jsonb_array_elements(case when pg_catalog.jsonb_typeof(e.value -> 'deleted') = 'array' then e.value -> 'deleted' else '[]'::jsonb end) d
+                    where pg_catalog.strpos(d.value #>> '{}', '\u0000') > 0
+                union all
+                select pg_catalog.format('column "%s"', c.key)
+                    from pg_catalog.jsonb_array_elements(
+                        case when pg_catalog.jsonb_typeof(e.value -> 'created') = 'array' then e.value -> 'created' else '[]'::jsonb end
+                        || case when pg_catalog.jsonb_typeof(e.value -> 'updated') = 'array' then e.value -> 'updated' else '[]'::jsonb end
+                    ) r,
+                        pg_catalog.jsonb_each(case when pg_catalog.jsonb_typeof(r.value) = 'object' then r.value end) c
+                    where pg_catalog.strpos(c.key, '\u0000') > 0
+                limit 1
+            ) k on true
+            where k.what is not null
+            order by e.key limit 1;
+        if v_first is not null then
+            raise exception '%: a \u0000 cannot be in a table name, an id or a column name', v_first using errcode = '22023';
+        end if;
         v_changes := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '')::jsonb;
     end;
 
@@ -3295,7 +3348,8 @@ CREATE TABLE ferry.refresh_tokens (
     token_hash text NOT NULL,
     session_id uuid NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    used_at timestamp with time zone
+    used_at timestamp with time zone,
+    sealed_successor text
 );
 
 
@@ -3340,7 +3394,8 @@ CREATE TABLE ferry.sessions (
     device_id text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
-    revoked_at timestamp with time zone
+    revoked_at timestamp with time zone,
+    refresh_chain text
 );
 
 
@@ -3490,6 +3545,13 @@ CREATE INDEX refresh_tokens_session ON ferry.refresh_tokens USING btree (session
 --
 
 CREATE INDEX revocations_time ON ferry.revocations USING btree (revoked_at);
+
+
+--
+-- Name: sessions_refresh_chain; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE UNIQUE INDEX sessions_refresh_chain ON ferry.sessions USING btree (refresh_chain) WHERE (refresh_chain IS NOT NULL);
 
 
 --
@@ -3857,11 +3919,11 @@ GRANT ALL ON FUNCTION ferry.recent_revocations(p_since timestamp with time zone,
 
 
 --
--- Name: FUNCTION refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) TO ferry_gateway;
+REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) TO ferry_gateway;
 
 
 --

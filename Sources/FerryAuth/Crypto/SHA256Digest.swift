@@ -18,6 +18,16 @@ public enum SHA256Digest {
         }
     }
 
+    /// The 32 bytes of the SHA-256 of `bytes`. Any thread.
+    public static func bytes(_ bytes: some ContiguousBytes) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: 32) { output, count in
+            bytes.withUnsafeBytes { input in
+                _ = SHA256(input.baseAddress?.assumingMemoryBound(to: UInt8.self), input.count, output.baseAddress!)
+            }
+            count = 32
+        }
+    }
+
     /// The lowercase hex of `bytes`, two characters a byte.
     static func hexString(_ bytes: UnsafeRawBufferPointer) -> String {
         String(unsafeUninitializedCapacity: bytes.count * 2) { output in

@@ -178,10 +178,10 @@ actor Account {
         case .unreadable(let reason):
             throw .sessionUnreadable(reason)
         }
-        let answer = try await api.send(
-            "POST", "/v1/auth/refresh", body: ["refresh_token": .string(stale.refreshToken)])
+        let answer = try await sendRefresh(stale.refreshToken)
         // A refresh that outlived its session (signed out, signed in meanwhile) is dropped.
         guard generation == started, session?.sessionID == stale.sessionID else { throw .signedOut }
+        // Only a 200 carries tokens to store; anything else leaves the stored session as it was.
         guard answer.status == 200 else {
             let error = answer.error
             if answer.status == 401 && ["session_revoked", "refresh_token_reused", "unauthorized"].contains(error.code)
@@ -194,6 +194,38 @@ actor Account {
         if new.email == nil { new.email = stale.email }
         try adopt(new)
         return new
+    }
+
+    /// Attempts at one refresh, and the most each may take: the server may have rotated the
+    /// token of an attempt whose answer was lost, and answers the same token again only
+    /// within its grace window (30 s by default), so every retry is sent well inside it.
+    static let refreshAttempts = 3
+    static let refreshDeadline: TimeInterval = 8
+    private static let refreshRetry = RetryPolicy(base: 0.5, cap: 1)
+
+    /// `POST /v1/auth/refresh` with `token`, sent again (the same token: PROTOCOL.md's grace
+    /// window) after no answer, a reset, a `5xx` or a `429` whose wait is short, up to
+    /// ``refreshAttempts`` times. The last answer, or the last failure to get one.
+    private func sendRefresh(_ token: String) async throws(FerryError) -> GatewayAnswer {
+        var failures = 0
+        while true {
+            let answer: GatewayAnswer
+            do {
+                answer = try await api.send(
+                    "POST", "/v1/auth/refresh", body: ["refresh_token": .string(token)], deadline: Self.refreshDeadline)
+            } catch {
+                failures += 1
+                guard error.isRetryable, failures < Self.refreshAttempts else { throw error }
+                log("a refresh got no answer (\(error)); sending it again")
+                try? await Task.sleep(for: .seconds(Self.refreshRetry.delay(afterFailures: failures - 1)))
+                continue
+            }
+            let retryable = answer.status != 200 && answer.error.retryable
+            failures += 1
+            guard retryable, failures < Self.refreshAttempts, answer.retryAfter ?? 0 <= 2 else { return answer }
+            try? await Task.sleep(
+                for: .seconds(Self.refreshRetry.delay(afterFailures: failures - 1, retryAfter: answer.retryAfter)))
+        }
     }
 
     /// The server ended the session (revoked, reused, the account deleted): forget it,

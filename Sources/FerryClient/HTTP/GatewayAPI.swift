@@ -56,8 +56,10 @@ struct GatewayAPI: Sendable {
 
     /// Sends `method path?query` with `body` as JSON and `token` as Bearer; any status is
     /// an answer, only a failure to get one throws (``FerryError/unreachable(_:)``).
+    /// `deadline` shortens this request's bound below ``timeout``.
     func send(
-        _ method: String, _ path: String, query: [(String, String)] = [], body: JSONValue? = nil, token: String? = nil
+        _ method: String, _ path: String, query: [(String, String)] = [], body: JSONValue? = nil, token: String? = nil,
+        deadline: TimeInterval? = nil
     ) async throws(FerryError) -> GatewayAnswer {
         guard var components = URLComponents(url: server, resolvingAgainstBaseURL: false) else {
             throw .invalidAnswer("bad server URL \(server)")
@@ -67,7 +69,7 @@ struct GatewayAPI: Sendable {
             components.percentEncodedQuery = query.map { "\($0.0)=\(Self.percentEncoded($0.1))" }.joined(separator: "&")
         }
         guard let url = components.url else { throw .invalidAnswer("bad URL for \(path)") }
-        var request = URLRequest(url: url, timeoutInterval: timeout)
+        var request = URLRequest(url: url, timeoutInterval: min(deadline ?? timeout, timeout))
         request.httpMethod = method
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
@@ -89,7 +91,7 @@ struct GatewayAPI: Sendable {
             resume?.resume(with: result.mapError { $0 })
         }
         let session = self.session
-        let timeout = self.timeout
+        let timeout = min(deadline ?? self.timeout, self.timeout)
         let sendable = request
         let deadline = Task {
             try? await Task.sleep(for: .seconds(timeout))

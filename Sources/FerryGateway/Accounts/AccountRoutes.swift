@@ -82,17 +82,29 @@ struct AccountRoutes {
 
     // MARK: - Refresh
 
+    /// Rotates the presented token, or (the token rotated last, again within the grace
+    /// window: a lost answer's retry, a concurrent refresh) answers with the successor it
+    /// was rotated to, opened from what the database sealed with it.
     private func refresh(_ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext) {
         guard let body = responder.success(of: RefreshRequest.read(request)) else { return }
-        let newToken = RefreshToken.generate()
-        let refresh = RefreshSession(
-            presentedHash: RefreshToken.hash(body.refreshToken), replacementHash: RefreshToken.hash(newToken))
+        let rotation = RefreshRotation(presented: body.refreshToken)
+        if let refusal = accounts.refreshes.admit(rotation, from: Accounts.clientKey(request)) {
+            // Held a second, as RequestsInFlight's refusals are: a flood that ignores
+            // Retry-After then sends one refresh per connection per second, not thousands.
+            context.loop.schedule(after: RefreshLimits.refusalHoldMilliseconds) { responder.respond(refusal.response) }
+            return
+        }
+        let refresh = RefreshSession(rotation: rotation, graceSeconds: accounts.refreshes.graceSeconds)
         context.pool.run(refresh) { [accounts] result in
             switch result {
-            case .success(.rotated(let user, let session, let device, let email)):
+            case .success(.rotated(let user, let session, let device, let email, let sealed)):
+                // Sealed by this code from 32 bytes: a value that does not open is a bug.
+                guard let refreshToken = sealed.map(rotation.unseal) ?? rotation.successor else {
+                    return responder.respond(APIError.unexpected.response)
+                }
                 let tokens = accounts.session(
                     userID: user, sessionID: session, deviceID: device, isAnonymous: email == nil,
-                    refreshToken: newToken)
+                    refreshToken: refreshToken)
                 responder.respond(
                     .json(UserAndSession(user: UserBody(id: user.lowercasedString, email: email), session: tokens)))
             case .success(.reused(let session)):

@@ -15,6 +15,7 @@ final class Accounts: Sendable {
     let anonymousSignUps: RateLimiter
     let failedSignInsByEmail: RateLimiter
     let failedSignInsByAddress: RateLimiter
+    let refreshes: RefreshLimits
     let logger: Logger
 
     init(configuration: GatewayConfiguration, logger: Logger) {
@@ -26,6 +27,7 @@ final class Accounts: Sendable {
         anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
         failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
         failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        refreshes = RefreshLimits(configuration)
         self.logger = logger
     }
 

@@ -54,6 +54,12 @@ public struct GatewayConfiguration: Sendable {
     public var anonymousSignUpsPerHour: Int
     /// Failed sign-ins allowed per email and per client address per hour.
     public var failedSignInsPerHour: Int
+    /// Seconds a rotated refresh token is answered with its successor again (0: never).
+    public var refreshGraceSeconds: Int
+    /// Refreshes allowed per session per minute.
+    public var refreshesPerSessionPerMinute: Int
+    /// Refreshes allowed per client address per minute.
+    public var refreshesPerAddressPerMinute: Int
     /// Database requests one device may have in flight on this process (more: `429`).
     public var requestsPerDevice: Int
     /// Database requests one user may have in flight on this process, over all its devices (more: `429`).
@@ -148,6 +154,15 @@ public struct GatewayConfiguration: Sendable {
             "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
             help: "failed sign-ins per email and per client address per hour (more: 429)"),
         Setting(
+            "refresh-grace", env: "FERRY_REFRESH_GRACE", default: "30",
+            help: "seconds a rotated refresh token still gets its successor (a lost answer's retry); 0: never"),
+        Setting(
+            "refreshes-per-session", env: "FERRY_REFRESHES_PER_SESSION", default: "10",
+            help: "refreshes per session per minute (more: 429)"),
+        Setting(
+            "refreshes-per-address", env: "FERRY_REFRESHES_PER_ADDRESS", default: "600",
+            help: "refreshes per client address per minute (more: 429)"),
+        Setting(
             "requests-per-device", env: "FERRY_REQUESTS_PER_DEVICE", default: "3",
             help: "database requests one device may have in flight on this gateway (more: 429)"),
         Setting(
@@ -224,6 +239,9 @@ public struct GatewayConfiguration: Sendable {
         tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
         anonymousSignUpsPerHour = try values.integer("anonymous-signups-per-hour", in: 1...1_000_000_000)!
         failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
+        refreshGraceSeconds = try values.integer("refresh-grace", in: 0...3600)!
+        refreshesPerSessionPerMinute = try values.integer("refreshes-per-session", in: 1...1_000_000_000)!
+        refreshesPerAddressPerMinute = try values.integer("refreshes-per-address", in: 1...1_000_000_000)!
         requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
         requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!

@@ -1,3 +1,4 @@
+import FerryAuth
 import FerryPostgres
 import Foundation
 
@@ -25,21 +26,32 @@ struct SignUpAnonymous: SingleRowQuery {
     }
 }
 
-/// `ferry.refresh_session`: rotates a refresh token, or says why not.
+/// `ferry.refresh_session`: rotates a refresh token, answers a retry within the grace
+/// window, or says why not.
 struct RefreshSession: SingleRowQuery {
     static let preparedName: String? = "ferry_refresh_session"
-    static let sql = "select status, user_id, session_id, device_id, email from ferry.refresh_session($1, $2)"
-    static let columns = ["status", "user_id", "session_id", "device_id", "email"]
+    static let sql = """
+        select status, user_id, session_id, device_id, email, sealed
+        from ferry.refresh_session($1, $2, $3, $4, make_interval(secs => $5))
+        """
+    static let columns = ["status", "user_id", "session_id", "device_id", "email", "sealed"]
 
-    /// The hash of the refresh token presented.
-    var presentedHash: String
-    /// The hash of the token that replaces it.
-    var replacementHash: String
-    var parameters: [String?] { [presentedHash, replacementHash] }
+    /// The rotation of the token presented: its hash, its chain's, its successor's.
+    var rotation: RefreshRotation
+    /// How long a rotated token is answered with its successor again, seconds.
+    var graceSeconds: Int
+    var parameters: [String?] {
+        [
+            rotation.presentedHash, rotation.chainHash, rotation.successorHash, rotation.sealedSuccessor,
+            String(graceSeconds),
+        ]
+    }
 
     enum Answer: QueryRowDecodable {
-        /// Rotated: the session's user, session and device, and the user's email (nil: anonymous).
-        case rotated(userID: UUID, sessionID: UUID, deviceID: String, email: String?)
+        /// Rotated (to this query's successor; `sealed` nil), or the token rotated last
+        /// presented again within the window (`sealed`: the successor it was rotated to): the
+        /// session's user, session and device, and the user's email (nil: anonymous).
+        case rotated(userID: UUID, sessionID: UUID, deviceID: String, email: String?, sealed: String?)
         /// A token used before: the database revoked its session (nil when it has none).
         case reused(sessionID: UUID?)
         /// The token's session was revoked.
@@ -49,10 +61,11 @@ struct RefreshSession: SingleRowQuery {
 
         init(_ row: QueryRow) throws(QueryShapeError) {
             switch try row.decode("status", as: String.self) {
-            case "ok":
+            case let status where status == "ok" || status == "grace":
                 self = .rotated(
                     userID: try row.decode("user_id"), sessionID: try row.decode("session_id"),
-                    deviceID: try row.decode("device_id"), email: try row.decodeIfPresent("email"))
+                    deviceID: try row.decode("device_id"), email: try row.decodeIfPresent("email"),
+                    sealed: status == "grace" ? try row.decode("sealed") : nil)
             case "reused": self = .reused(sessionID: try row.decodeIfPresent("session_id"))
             case "revoked": self = .revoked
             default: self = .invalid

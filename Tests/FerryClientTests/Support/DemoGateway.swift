@@ -58,6 +58,8 @@ final class DemoGateway: Sendable {
             "FERRY_SHUTDOWN_TIMEOUT": "2", "FERRY_ANONYMOUS_SIGNUPS_PER_HOUR": "100000",
             "FERRY_FAILED_SIGNINS_PER_HOUR": "100000", "FERRY_PUSH_BYTES_PER_SECOND": "100000000",
             "FERRY_REQUESTS_PER_DEVICE": "16", "FERRY_REQUESTS_PER_USER": "32", "FERRY_LOG_LEVEL": "warning",
+            // Tokens of a minute make every ferry-demo command refresh first.
+            "FERRY_REFRESHES_PER_SESSION": "100000",
         ]
         environment.merge(extra) { _, given in given }
         let child = try ChildProcess(

@@ -67,7 +67,7 @@ import Testing
                 client,
                 [
                     "select * from ferry.sign_up_anonymous('device', 'hash')",
-                    "select * from ferry.refresh_session('hash', 'new-hash')",
+                    "select * from ferry.refresh_session('hash', 'chain', 'new-hash', 'sealed', '30 seconds')",
                     "select * from ferry.find_credentials('b@example.com')",
                     "select * from ferry.sign_in('\(b.userID)', 'device', 'hash', null, null)",
                     "select ferry.cleanup_anonymous('0 seconds', 1000)",

@@ -104,6 +104,35 @@ import Testing
         }
     }
 
+    /// The holder in `GET /v1/pull`'s rows of a lock table: a device learns of a takeover
+    /// from the pull its cue starts, without a heartbeat.
+    @Test func pullsCarryTheLockHolder() async throws {
+        try await withTwoDevices { server, phone, tablet in
+            func holders(_ session: TestSession) async throws -> [Any?] {
+                let pull = try await server.call("GET", "/v1/pull", token: session.accessToken)
+                try #require(pull.status == 200, "\(pull)")
+                let upserts = pull.value("changes", "games", "upserts") as? [[String: Any]] ?? []
+                #expect(upserts.allSatisfy { $0["_lock_device"] == nil && $0["_lock_heartbeat_at"] == nil })
+                return upserts.map { $0.keys.contains("_lock_holder") ? $0["_lock_holder"] : "missing" }
+            }
+            #expect(try await lock(server, phone, "claim").status == 200)
+            #expect(try await holders(tablet).map { $0 as? String } == [phone.deviceID])
+            #expect(try await lock(server, tablet, "claim", force: true).status == 200)
+            #expect(try await holders(phone).map { $0 as? String } == [tablet.deviceID], "the takeover, pulled")
+            #expect(try await lock(server, tablet, "release").status == 204)
+            let released = try await holders(phone)
+            #expect(released.count == 1 && released[0] is NSNull, "nobody holds it: \(released)")
+            // A table of another strategy carries no holder.
+            let notes = try await server.call(
+                "POST", "/v1/push", token: phone.accessToken,
+                json: ["mutations": [["id": 1, "table": "notes_lww", "op": "upsert", "row": ["id": "n1"]]]])
+            #expect(notes.status == 200)
+            let pull = try await server.call("GET", "/v1/pull", token: phone.accessToken)
+            let rows = pull.value("changes", "notes_lww", "upserts") as? [[String: Any]] ?? []
+            #expect(rows.count == 1 && rows.allSatisfy { !$0.keys.contains("_lock_holder") }, "\(pull)")
+        }
+    }
+
     /// quick goes stale after 1 s, games after 30 s; the phone claims games, then quick. The
     /// tablet's claims of quick are refused while its heartbeat is younger than 1 s and
     /// succeed once it is older; games, claimed earlier still, is still held then (its

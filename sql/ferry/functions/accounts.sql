@@ -137,12 +137,18 @@ begin
 end
 $$;
 
--- POST /v1/auth/refresh: rotates a refresh token. status is ok, invalid (unknown
--- token), revoked (its session was revoked) or reused (a used token again: the whole
--- session is revoked now).
+-- POST /v1/auth/refresh: rotates a refresh token. A session keeps two tokens at most:
+-- its current one and the one it rotated last, which within p_grace of its rotation is
+-- answered with the same successor again (status grace, sealed: the successor sealed
+-- with that token, which only its holder can open), so a client whose answer was lost,
+-- or several refreshing at once, keep the session. Older tokens leave the table; the
+-- session's chain (p_chain, the hash of what all its tokens name) still finds the
+-- session of one presented again. status: ok (rotated), grace, invalid (unknown),
+-- revoked (the session was revoked), or reused (a rotated token after its window, or an
+-- older one: the whole session is revoked now).
 create or replace function ferry.refresh_session(
-    p_token_hash text, p_new_hash text,
-    out status text, out user_id uuid, out session_id uuid, out device_id text, out email text
+    p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval,
+    out status text, out user_id uuid, out session_id uuid, out device_id text, out email text, out sealed text
 )
 language plpgsql security definer set search_path = ''
 as $$
@@ -150,30 +156,43 @@ declare
     token ferry.refresh_tokens;
     owner ferry.sessions;
 begin
+    -- Concurrent refreshes of one token queue here; each sees the one before it committed.
     select * into token from ferry.refresh_tokens r where r.token_hash = p_token_hash for update;
-    if not found then
-        status := 'invalid';
-        return;
+    if found then
+        select * into owner from ferry.sessions s where s.id = token.session_id for update;
+    else
+        select * into owner from ferry.sessions s where s.refresh_chain = p_chain for update;
+        if not found then
+            status := 'invalid';
+            return;
+        end if;
     end if;
-    select * into owner from ferry.sessions s where s.id = token.session_id for update;
     session_id := owner.id;
     user_id := owner.user_id;
     if owner.revoked_at is not null then
         status := 'revoked';
         return;
     end if;
-    if token.used_at is not null then
+    if token.token_hash is null or (token.used_at is not null and token.used_at <= now() - p_grace) then
         update ferry.sessions s set revoked_at = now() where s.id = owner.id;
         perform ferry.announce_revocation(owner.id, owner.user_id, 'token_reused');
         status := 'reused';
         return;
     end if;
-    update ferry.refresh_tokens r set used_at = now() where r.token_hash = p_token_hash;
-    insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+    if token.used_at is not null then
+        sealed := token.sealed_successor;
+        status := 'grace';
+    else
+        delete from ferry.refresh_tokens r where r.session_id = owner.id and r.used_at is not null;
+        update ferry.refresh_tokens r set used_at = now(), sealed_successor = p_sealed
+            where r.token_hash = p_token_hash;
+        insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+        update ferry.sessions s set refresh_chain = coalesce(s.refresh_chain, p_chain) where s.id = owner.id;
+        status := 'ok';
+    end if;
     update ferry.sessions s set last_seen_at = now() where s.id = owner.id;
     update ferry.users u set last_seen_at = now() where u.id = owner.user_id returning u.email into email;
     device_id := owner.device_id;
-    status := 'ok';
 end
 $$;
 
@@ -369,14 +388,14 @@ $$;
 revoke all on function
     ferry.count_user_rows(uuid), ferry.delete_user_rows(uuid), ferry.move_user_rows(uuid, uuid),
     ferry.announce_revocation(uuid, uuid, text), ferry.open_session(uuid, text, text),
-    ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text), ferry.find_credentials(text),
+    ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
     ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.link_email(text, text),
     ferry.sign_out(), ferry.delete_account(), ferry.cleanup_anonymous(interval, integer),
     ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz)
 from public;
 
 grant execute on function
-    ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text), ferry.find_credentials(text),
+    ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
     ferry.sign_in(uuid, text, text, uuid, text), ferry.cleanup_anonymous(interval, integer),
     ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz)
 to ferry_gateway;

@@ -376,9 +376,15 @@ declare
     v_query text;
     v_resume_from text;
     v_resume_where text;
+    -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
+    -- a takeover from the pull its cue starts, with no heartbeat of its own.
+    v_lock_holder text := '';
 begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
+    end if;
+    if exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock') then
+        v_lock_holder := ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)';
     end if;
     select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
         pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
@@ -399,7 +405,7 @@ begin
                 select pg_catalog.row_number() over (order by t._stamp, %1$s) as n,
                     t._stamp as stamp, t._deleted as deleted,
                     pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[] as body,
+                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
                     pg_catalog.jsonb_build_object(%2$s) as key
                 from %3$s t%4$s
                 where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)

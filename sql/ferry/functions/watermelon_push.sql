@@ -344,8 +344,9 @@ comment on function ferry.watermelon_write(regclass, text, name, pg_snapshot, js
 -- column (22023 'tasks.position: expected a number, ...'), the timestamp (FR409). Other
 -- fields of a record (_status, _changed, updated_at, columns the table lacks) are
 -- ignored. Then the tables are written in name order (ferry.watermelon_write); any
--- conflict raises FRCNF, so nothing is applied. A \u0000 in a string (text cannot hold
--- it) is dropped: Backend.md asks the server to sanitize content rather than fail.
+-- conflict raises FRCNF, so nothing is applied. A \u0000 in a string value (text cannot
+-- hold it) is dropped: Backend.md asks the server to sanitize content rather than fail;
+-- in a table name, an id or a column name it is refused (22023), never dropped.
 --
 -- Cues: as ferry.push, one per table written, with the device as origin, while
 -- ferry.skip_cues keeps the table's own triggers quiet.
@@ -376,6 +377,40 @@ begin
         v_changes := p_body::jsonb;
     exception when untranslatable_character then
         -- Every "\\" becomes "\u005c" (the same string), so what still reads "\u0000" is one.
+        -- In a table name, an id or a column name it is refused: dropping it would write
+        -- another key ("g\u0000t" as "gt"). Marked first as the six characters \u0000
+        -- (a "\\u0000"), it shows in those keys; in values it is then dropped.
+        v_changes := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '\\u0000')::jsonb;
+        select pg_catalog.format('table "%s": %s', e.key, k.what) into v_first
+            from pg_catalog.jsonb_each(case when pg_catalog.jsonb_typeof(v_changes) = 'object' then v_changes else '{}' end) e
+            left join lateral (
+                select 'the table name' as what where pg_catalog.strpos(e.key, '\u0000') > 0
+                union all
+                select pg_catalog.format('id "%s"', r.value ->> 'id')
+                    from pg_catalog.jsonb_array_elements(
+                        case when pg_catalog.jsonb_typeof(e.value -> 'created') = 'array' then e.value -> 'created' else '[]'::jsonb end
+                        || case when pg_catalog.jsonb_typeof(e.value -> 'updated') = 'array' then e.value -> 'updated' else '[]'::jsonb end
+                    ) r
+                    where pg_catalog.strpos(r.value ->> 'id', '\u0000') > 0
+                union all
+                select pg_catalog.format('id "%s"', d.value #>> '{}')
+                    from pg_catalog.jsonb_array_elements(case when pg_catalog.jsonb_typeof(e.value -> 'deleted') = 'array' then e.value -> 'deleted' else '[]'::jsonb end) d
+                    where pg_catalog.strpos(d.value #>> '{}', '\u0000') > 0
+                union all
+                select pg_catalog.format('column "%s"', c.key)
+                    from pg_catalog.jsonb_array_elements(
+                        case when pg_catalog.jsonb_typeof(e.value -> 'created') = 'array' then e.value -> 'created' else '[]'::jsonb end
+                        || case when pg_catalog.jsonb_typeof(e.value -> 'updated') = 'array' then e.value -> 'updated' else '[]'::jsonb end
+                    ) r,
+                        pg_catalog.jsonb_each(case when pg_catalog.jsonb_typeof(r.value) = 'object' then r.value end) c
+                    where pg_catalog.strpos(c.key, '\u0000') > 0
+                limit 1
+            ) k on true
+            where k.what is not null
+            order by e.key limit 1;
+        if v_first is not null then
+            raise exception '%: a \u0000 cannot be in a table name, an id or a column name', v_first using errcode = '22023';
+        end if;
         v_changes := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '')::jsonb;
     end;
 
