@@ -90,6 +90,30 @@ $_$;
 
 
 --
+-- Name: claim_mail(integer, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) RETURNS TABLE(id bigint, kind text, recipient text, code text, valid_minutes integer, attempts integer)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    delete from ferry.mail_queue m
+        where m.id in (select e.id from ferry.mail_queue e where e.expires_at <= now() for update skip locked);
+    with due as (
+        select m.id from ferry.mail_queue m
+        where m.next_attempt_at <= now() and m.expires_at > now()
+        order by m.next_attempt_at
+        limit p_batch
+        for update skip locked
+    )
+    update ferry.mail_queue m
+        set next_attempt_at = now() + make_interval(secs => p_lease_seconds), attempts = m.attempts + 1
+        from due where m.id = due.id
+        returning m.id, m.kind, m.recipient, m.code, m.valid_minutes, m.attempts;
+$$;
+
+
+--
 -- Name: cleanup_anonymous(interval, integer); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -335,6 +359,21 @@ $_$;
 CREATE FUNCTION ferry.device_id() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ select nullif(pg_catalog.current_setting('ferry.device_id', true), '') $$;
+
+
+--
+-- Name: enqueue_mail(text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    insert into ferry.mail_queue (kind, recipient, code, valid_minutes, expires_at)
+        values (p_kind, p_recipient, p_code, p_minutes, now() + make_interval(mins => p_minutes));
+end
+$$;
 
 
 --
@@ -960,6 +999,34 @@ begin
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
 end
+$$;
+
+
+--
+-- Name: mail_failed(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.mail_failed(p_id bigint, p_error text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    update ferry.mail_queue m
+        set last_error = pg_catalog.left(p_error, 500),
+            next_attempt_at = now() + make_interval(
+                secs => least(5 * pg_catalog.power(2, least(m.attempts - 1, 16)), 300) * (1 + pg_catalog.random() / 5))
+        where m.id = p_id;
+$$;
+
+
+--
+-- Name: mail_sent(bigint); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.mail_sent(p_id bigint) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    delete from ferry.mail_queue m where m.id = p_id;
 $$;
 
 
@@ -2067,7 +2134,7 @@ $$;
 
 CREATE FUNCTION ferry.schema_version() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ select 2 $$;
+    AS $$ select 3 $$;
 
 
 --
@@ -3255,6 +3322,21 @@ COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) I
 
 
 --
+-- Name: account_codes; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.account_codes (
+    user_id uuid NOT NULL,
+    purpose text NOT NULL,
+    code_hash text NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    failed_attempts integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT account_codes_purpose_check CHECK ((purpose = ANY (ARRAY['recovery'::text, 'confirmation'::text])))
+);
+
+
+--
 -- Name: devices; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3265,6 +3347,39 @@ CREATE TABLE ferry.devices (
 );
 
 ALTER TABLE ONLY ferry.devices FORCE ROW LEVEL SECURITY;
+
+
+--
+-- Name: mail_queue; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.mail_queue (
+    id bigint NOT NULL,
+    kind text NOT NULL,
+    recipient text NOT NULL,
+    code text NOT NULL,
+    valid_minutes integer NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT mail_queue_kind_check CHECK ((kind = ANY (ARRAY['recovery'::text, 'confirmation'::text])))
+);
+
+
+--
+-- Name: mail_queue_id_seq; Type: SEQUENCE; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ferry.mail_queue ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME ferry.mail_queue_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 
 --
@@ -3308,7 +3423,7 @@ CREATE TABLE ferry.revocations (
     user_id uuid NOT NULL,
     reason text NOT NULL,
     revoked_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT revocations_reason_check CHECK ((reason = ANY (ARRAY['signed_out'::text, 'token_reused'::text, 'account_deleted'::text])))
+    CONSTRAINT revocations_reason_check CHECK ((reason = ANY (ARRAY['signed_out'::text, 'token_reused'::text, 'account_deleted'::text, 'password_changed'::text])))
 );
 
 
@@ -3407,11 +3522,27 @@ COMMENT ON TABLE ferry.watermelon_cursors IS 'The snapshot each WatermelonDB tim
 
 
 --
+-- Name: account_codes account_codes_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.account_codes
+    ADD CONSTRAINT account_codes_pkey PRIMARY KEY (user_id, purpose);
+
+
+--
 -- Name: devices devices_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
 ALTER TABLE ONLY ferry.devices
     ADD CONSTRAINT devices_pkey PRIMARY KEY (user_id, device_id);
+
+
+--
+-- Name: mail_queue mail_queue_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.mail_queue
+    ADD CONSTRAINT mail_queue_pkey PRIMARY KEY (id);
 
 
 --
@@ -3479,6 +3610,13 @@ ALTER TABLE ONLY ferry.watermelon_cursors
 
 
 --
+-- Name: mail_queue_due; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX mail_queue_due ON ferry.mail_queue USING btree (next_attempt_at);
+
+
+--
 -- Name: refresh_tokens_session; Type: INDEX; Schema: ferry; Owner: -
 --
 
@@ -3511,6 +3649,14 @@ CREATE INDEX users_anonymous_last_seen ON ferry.users USING btree (last_seen_at)
 --
 
 CREATE UNIQUE INDEX users_email_key ON ferry.users USING btree (lower(email));
+
+
+--
+-- Name: account_codes account_codes_user_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.account_codes
+    ADD CONSTRAINT account_codes_user_id_fkey FOREIGN KEY (user_id) REFERENCES ferry.users(id) ON DELETE CASCADE;
 
 
 --
@@ -3589,6 +3735,14 @@ GRANT ALL ON FUNCTION ferry.claim_lock(p_table text, p_key text, p_force boolean
 
 
 --
+-- Name: FUNCTION claim_mail(p_batch integer, p_lease_seconds integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION cleanup_anonymous(p_inactive interval, p_batch integer); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3664,6 +3818,13 @@ GRANT ALL ON FUNCTION ferry.delete_account() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.delete_user_rows(p_user uuid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer) FROM PUBLIC;
 
 
 --
@@ -3761,6 +3922,22 @@ GRANT ALL ON FUNCTION ferry.lock_device() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owner_column name, OUT key_column name, OUT key_type text, OUT stale_seconds numeric) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION mail_failed(p_id bigint, p_error text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.mail_failed(p_id bigint, p_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.mail_failed(p_id bigint, p_error text) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION mail_sent(p_id bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.mail_sent(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.mail_sent(p_id bigint) TO ferry_gateway;
 
 
 --

@@ -22,6 +22,8 @@ public final class Gateway: Sendable {
     private let listenerStatus = ListenerStatus()
     /// The in-process tombstone purge on loop 0, when configured.
     private let purger: LoopBound<TombstonePurger>?
+    /// The mail sender on loop 0, when an SMTP relay is configured.
+    private let mailer: LoopBound<MailSender>?
     let accounts: Accounts
     /// Requests in flight per device and per user, for every loop.
     let requests: RequestsInFlight
@@ -73,6 +75,13 @@ public final class Gateway: Sendable {
                 sending: TombstonePurger(
                     context: contexts[0], logger: logger, everySeconds: every,
                     retentionSeconds: configuration.tombstoneRetentionSeconds),
+                loop: contexts[0].loop)
+        }
+        mailer = configuration.smtpURL.map { url in
+            LoopBound(
+                sending: MailSender(
+                    context: contexts[0], relay: SMTPRelay(url: url, from: configuration.mailFrom),
+                    templates: configuration.mailTemplates, logger: logger),
                 loop: contexts[0].loop)
         }
         listener = LoopBound(
@@ -156,6 +165,9 @@ public final class Gateway: Sendable {
         if let purger {
             purger.loop.execute { purger.value.start() }
         }
+        if let mailer {
+            mailer.loop.execute { mailer.value.start() }
+        }
         return address
     }
 
@@ -205,6 +217,14 @@ public final class Gateway: Sendable {
             await withCheckedContinuation { continuation in
                 purger.loop.execute {
                     purger.value.close()
+                    continuation.resume()
+                }
+            }
+        }
+        if let mailer {
+            await withCheckedContinuation { continuation in
+                mailer.loop.execute {
+                    mailer.value.close()
                     continuation.resume()
                 }
             }

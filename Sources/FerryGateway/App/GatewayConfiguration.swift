@@ -83,6 +83,16 @@ public struct GatewayConfiguration: Sendable {
     /// How old a tombstone must be before a purge deletes it, seconds.
     public var tombstoneRetentionSeconds: Int
 
+    /// The SMTP relay mail goes through (`smtp://host:port`, `smtps://…`); nil: no mail is
+    /// sent, and the routes that need it answer `404`.
+    public var smtpURL: String?
+    /// The sender of every mail, `Name <address>` or `address`.
+    public var mailFrom: String
+    /// The folder whose templates replace the built-in ones, if any.
+    public var mailTemplatesFolder: String?
+    /// The templates, built in or the folder's, read and checked at start.
+    var mailTemplates: MailTemplates
+
     /// The settings `ferry serve` reads; `--help` prints them.
     public static let settings: [Setting] = [
         Setting(
@@ -183,6 +193,18 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "tombstone-retention", env: "FERRY_TOMBSTONE_RETENTION", default: "30d",
             help: "how old a tombstone must be for the in-process purge, e.g. 30d"),
+        Setting(
+            "smtp-url", env: "FERRY_SMTP_URL",
+            help:
+                "SMTP relay for account mail, e.g. smtp://relay:587 or smtps://user:pass@relay:465 (default: no mail)",
+            isOptional: true, isSecret: true),
+        Setting(
+            "mail-from", env: "FERRY_MAIL_FROM", default: "Ferry <no-reply@localhost>",
+            help: "sender of account mail, Name <address>"),
+        Setting(
+            "mail-templates", env: "FERRY_MAIL_TEMPLATES",
+            help: "folder of mail templates replacing the built-in ones (recovery.txt, confirmation.txt)",
+            isOptional: true),
     ]
 
     /// The defaults `ferry dev` uses instead of ``settings``' own (a flag or variable
@@ -243,6 +265,22 @@ public struct GatewayConfiguration: Sendable {
         streamsPerUser = try values.integer("streams-per-user", in: 1...100_000)!
         purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
         tombstoneRetentionSeconds = try values.duration("tombstone-retention")!
+        smtpURL = values.string("smtp-url")
+        if let url = smtpURL, !(url.hasPrefix("smtp://") || url.hasPrefix("smtps://")) {
+            throw SettingsError("invalid \(values.name("smtp-url")): expected an smtp:// or smtps:// URL")
+        }
+        mailFrom = values.string("mail-from")!
+        guard MailMessage.isDeliverable(MailMessage.address(of: mailFrom)),
+            MailMessage.address(of: mailFrom).contains("@")
+        else {
+            throw SettingsError("invalid \(values.name("mail-from")): expected Name <address> or address")
+        }
+        mailTemplatesFolder = values.string("mail-templates")
+        do {
+            mailTemplates = try MailTemplates.load(folder: mailTemplatesFolder)
+        } catch {
+            throw SettingsError("invalid \(values.name("mail-templates")): \(error)")
+        }
     }
 
     private static func postgresURL(_ values: SettingValues, _ flag: String) throws(SettingsError) -> String {

@@ -10,6 +10,7 @@ enum GatewayQueries {
             WatermelonPull.self, WatermelonPush.self,
             ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,
             SchemaVersion.self, PurgeTombstones.self,
+            ClaimMail.self, MailSent.self, MailFailed.self,
         ]
     }
 }
