@@ -39,6 +39,58 @@ $$;
 
 
 --
+-- Name: caller_credentials(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    select u.email, u.password_hash into email, password_hash
+        from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null;
+    if not found then
+        status := 'revoked';
+    elsif email is null then
+        status := 'anonymous';
+    else
+        status := 'ok';
+    end if;
+end
+$$;
+
+
+--
+-- Name: change_password(text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
+        for update of u;
+    if not found then
+        status := 'revoked';
+        return;
+    end if;
+    if account.password_hash is distinct from p_checked_hash then
+        status := 'changed';
+        return;
+    end if;
+    session_id := ferry.replace_password(account.id, p_new_hash, ferry.device_id(), p_refresh_hash);
+    email := account.email;
+    status := 'ok';
+end
+$$;
+
+
+--
 -- Name: claim_lock(text, text, boolean); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -873,6 +925,25 @@ COMMENT ON FUNCTION ferry.install_watermelon() IS 'Builds ferry.watermelon_read,
 CREATE FUNCTION ferry.internal_columns() RETURNS name[]
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ select '{_stamp,_deleted,_lock_device,_lock_heartbeat_at}'::name[] $$;
+
+
+--
+-- Name: issue_code(uuid, text, text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    insert into ferry.account_codes (user_id, purpose, code_hash, expires_at)
+        values (p_user, p_purpose, p_code_hash, now() + make_interval(mins => p_minutes))
+        on conflict (user_id, purpose) do update
+            set code_hash = excluded.code_hash, expires_at = excluded.expires_at, failed_attempts = 0,
+                created_at = now();
+    perform ferry.enqueue_mail(p_purpose, p_email, p_code, p_minutes);
+end
+$$;
 
 
 --
@@ -1816,6 +1887,40 @@ $$;
 
 
 --
+-- Name: redeem_code(uuid, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    live ferry.account_codes;
+begin
+    select * into live from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose for update;
+    if not found then
+        return false;
+    end if;
+    if live.expires_at <= now() then
+        delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        return false;
+    end if;
+    if live.code_hash <> p_code_hash then
+        if live.failed_attempts + 1 >= 5 then
+            delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        else
+            update ferry.account_codes c set failed_attempts = c.failed_attempts + 1
+                where c.user_id = p_user and c.purpose = p_purpose;
+        end if;
+        return false;
+    end if;
+    delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+    return true;
+end
+$$;
+
+
+--
 -- Name: refresh_session(text, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2100,6 +2205,71 @@ begin
     return pg_catalog.jsonb_build_object('status', 'ok');
 end
 $_$;
+
+
+--
+-- Name: replace_password(uuid, text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    update ferry.users u set password_hash = p_password_hash, last_seen_at = now() where u.id = p_user;
+    delete from ferry.account_codes c where c.user_id = p_user and c.purpose = 'recovery';
+    perform ferry.announce_revocation(s.id, p_user, 'password_changed')
+        from ferry.sessions s where s.user_id = p_user and s.revoked_at is null;
+    update ferry.sessions s set revoked_at = now() where s.user_id = p_user and s.revoked_at is null;
+    return ferry.open_session(p_user, p_device, p_refresh_hash);
+end
+$$;
+
+
+--
+-- Name: request_password_reset(text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target uuid;
+begin
+    select u.id into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null;
+    if found then
+        perform ferry.issue_code(target, 'recovery', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
+    end if;
+end
+$$;
+
+
+--
+-- Name: reset_password(text, text, text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target ferry.users;
+begin
+    select u.* into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null
+        for update;
+    if not found or not ferry.redeem_code(target.id, 'recovery', p_code_hash) then
+        status := 'invalid_code';
+        return;
+    end if;
+    session_id := ferry.replace_password(target.id, p_new_hash, p_device, p_refresh_hash);
+    user_id := target.id;
+    email := target.email;
+    status := 'ok';
+end
+$$;
 
 
 --
@@ -3727,6 +3897,22 @@ REVOKE ALL ON FUNCTION ferry.announce_revocation(p_session uuid, p_user uuid, p_
 
 
 --
+-- Name: FUNCTION caller_credentials(OUT status text, OUT email text, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) TO ferry_client;
+
+
+--
 -- Name: FUNCTION claim_lock(p_table text, p_key text, p_force boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3887,6 +4073,13 @@ GRANT ALL ON FUNCTION ferry.internal_columns() TO ferry_client;
 
 
 --
+-- Name: FUNCTION issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION issue_watermelon_cursor(p_snapshot pg_snapshot, p_presented bigint); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4034,6 +4227,13 @@ GRANT ALL ON FUNCTION ferry.recent_revocations(p_since timestamp with time zone,
 
 
 --
+-- Name: FUNCTION redeem_code(p_user uuid, p_purpose text, p_code_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4061,6 +4261,29 @@ REVOKE ALL ON FUNCTION ferry.register_table(p_table regclass, strategy text, own
 
 REVOKE ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) TO ferry_gateway;
 
 
 --

@@ -15,6 +15,10 @@ final class Accounts: Sendable {
     let anonymousSignUps: RateLimiter
     let failedSignInsByEmail: RateLimiter
     let failedSignInsByAddress: RateLimiter
+    let recoveryRequestsByEmail: RateLimiter
+    let recoveryRequestsByAddress: RateLimiter
+    /// Whether an SMTP relay is configured, so that codes can be mailed.
+    let sendsMail: Bool
     let logger: Logger
 
     init(configuration: GatewayConfiguration, logger: Logger) {
@@ -26,6 +30,9 @@ final class Accounts: Sendable {
         anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
         failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
         failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        recoveryRequestsByEmail = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
+        recoveryRequestsByAddress = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
+        sendsMail = configuration.smtpURL != nil
         self.logger = logger
     }
 

@@ -102,6 +102,7 @@ public final class Gateway: Sendable {
         http.sharesPort = configuration.sharesPort
         let routes = OperationsRoutes(contexts: contexts, listenerStatus: listenerStatus, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
+        let passwordRoutes = PasswordRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
             cursors: PullCursorSealer(configuration: configuration))
@@ -115,6 +116,7 @@ public final class Gateway: Sendable {
                 let context = contexts.first { $0.loop === loop }!.value
                 routes.register(in: &router, context: context)
                 accountRoutes.register(in: &router, context: context)
+                passwordRoutes.register(in: &router, context: context)
                 syncRoutes.register(in: &router, context: context)
                 watermelonRoutes.register(in: &router, context: context)
                 LockRoutes(accounts: accounts).register(in: &router, context: context)

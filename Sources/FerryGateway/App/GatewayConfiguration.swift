@@ -54,6 +54,8 @@ public struct GatewayConfiguration: Sendable {
     public var anonymousSignUpsPerHour: Int
     /// Failed sign-ins allowed per email and per client address per hour.
     public var failedSignInsPerHour: Int
+    /// Password-reset requests allowed per email and per client address per hour.
+    public var recoveryRequestsPerHour: Int
     /// Database requests one device may have in flight on this process (more: `429`).
     public var requestsPerDevice: Int
     /// Database requests one user may have in flight on this process, over all its devices (more: `429`).
@@ -158,6 +160,9 @@ public struct GatewayConfiguration: Sendable {
             "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
             help: "failed sign-ins per email and per client address per hour (more: 429)"),
         Setting(
+            "recovery-requests-per-hour", env: "FERRY_RECOVERY_REQUESTS_PER_HOUR", default: "10",
+            help: "password reset requests per email and per client address per hour (more: 429)"),
+        Setting(
             "requests-per-device", env: "FERRY_REQUESTS_PER_DEVICE", default: "3",
             help: "database requests one device may have in flight on this gateway (more: 429)"),
         Setting(
@@ -213,6 +218,7 @@ public struct GatewayConfiguration: Sendable {
     /// of their own server for an hour.
     public static let developmentDefaults = [
         "anonymous-signups-per-hour": "1000000000", "failed-signins-per-hour": "1000000000",
+        "recovery-requests-per-hour": "1000000000",
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -246,6 +252,7 @@ public struct GatewayConfiguration: Sendable {
         tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
         anonymousSignUpsPerHour = try values.integer("anonymous-signups-per-hour", in: 1...1_000_000_000)!
         failedSignInsPerHour = try values.integer("failed-signins-per-hour", in: 1...1_000_000_000)!
+        recoveryRequestsPerHour = try values.integer("recovery-requests-per-hour", in: 1...1_000_000_000)!
         requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
         requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
