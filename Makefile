@@ -23,7 +23,7 @@ export FERRY_COMMIT
 # The whole suite takes well under a minute; a hung test fails the run after this long
 # instead of holding CI to its own limit.
 TEST_TIMEOUT ?= 1200
-DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
+DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev libcurl4-openssl-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl python3-aiosmtpd
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 18

@@ -19,7 +19,7 @@ let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLe
 ///     FerryCommandLine           flags and FERRY_* variables, commands, --help
 ///     FerryJSON                  JSON written and read on bytes
 ///     FerryLoop                  event loops, TCP, worker threads, blocking hand-off
-///     C shims                    CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto;
+///     C shims                    CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto CCurl;
 ///                                CFerryBuild (the build's commit), the one with code
 ///
 /// FerryLoad and ferry-load, the load generator, sit beside the gateway on FerryLoop,
@@ -44,6 +44,7 @@ let package = Package(
         .systemLibrary(name: "CWslay", providers: [.apt(["libwslay-dev"])]),
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // No pkgConfig: Apple platforms ship sqlite3.h and libsqlite3 without a .pc file.
         .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
 
@@ -60,6 +61,7 @@ let package = Package(
             name: "FerryGateway",
             dependencies: [
                 "FerryLoop", "FerryJSON", "FerryCommandLine", "FerryHTTP", "FerryPostgres", "FerryAuth", "CFerryBuild",
+                "CCurl",
             ]
         ),
         .executableTarget(

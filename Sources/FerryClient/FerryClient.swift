@@ -463,6 +463,56 @@ public final class FerryClient: Sendable {
         }
     }
 
+    /// Changes this account's password (it must have an email). The server ends every
+    /// session of the account, so its other devices must sign in again; this device
+    /// carries on with a new session. Sync and the stream pause meanwhile, so that no
+    /// request of the old session ends the new one. A wrong `current` throws
+    /// `invalid_credentials`; an anonymous account, `forbidden`.
+    public func changePassword(current: String, to new: String) async throws {
+        await stopStream()
+        await engine.stop()
+        do {
+            _ = try await account.changePassword(current: current, new: new)
+        } catch {
+            await resumeSync()
+            throw error
+        }
+        await resumeSync()
+    }
+
+    /// Asks the server to mail a reset code to `email`. It answers the same whether or
+    /// not an account has that email; the code works once, for 15 minutes.
+    public func requestPasswordReset(email: String) async throws {
+        try await account.requestPasswordReset(email: email)
+    }
+
+    /// Sets a new password for `email`'s account with the code from the mail, and ends
+    /// every session of that account. Returns true when this device was signed in to it
+    /// and carries on with a new session; false when it holds another account (or an
+    /// anonymous one), which stays: then ``signIn(email:password:choice:)`` with the new
+    /// password. A wrong, used or expired code throws `invalid_code`.
+    @discardableResult
+    public func resetPassword(email: String, code: String, newPassword: String) async throws -> Bool {
+        await stopStream()
+        await engine.stop()
+        let renewed: StoredSession?
+        do {
+            renewed = try await account.resetPassword(email: email, code: code, newPassword: newPassword)
+        } catch {
+            await resumeSync()
+            throw error
+        }
+        await resumeSync()
+        return renewed != nil
+    }
+
+    /// Resumes sync, and the stream when sync is automatic, after an account step that
+    /// paused them.
+    private func resumeSync() async {
+        await engine.resume()
+        if configuration.syncsAutomatically { await startStream() }
+    }
+
     /// Signs out: stops sync and waits for what is in flight, tells the server (best
     /// effort), then wipes this device's session and local data. The device is signed out
     /// even when the server could not be told or a file could not be deleted (the log

@@ -15,6 +15,10 @@ let usage = """
       link EMAIL PASSWORD
       signin EMAIL PASSWORD [--resolve keep_cloud|keep_device]
                                   a choice needed: prints {"device_rows", "cloud_rows"} and exits 3
+      password CURRENT NEW        change this account's password (other devices must sign in again)
+      reset-request EMAIL         mail a password reset code to EMAIL
+      reset EMAIL CODE NEW        set EMAIL's password with the mailed code; prints {"signed_in"}
+                                  (false: this device holds another account; signin to switch)
       signout | delete-account
       claim TABLE KEY [--force] | heartbeat TABLE KEY | release TABLE KEY
     Any command on a state folder with no session signs up anonymously first.
@@ -87,8 +91,8 @@ func run(_ arguments: [String]) async throws {
         guard operands.count == count else { throw Exit.badArguments("\(command) takes \(count) arguments") }
     }
     let known = [
-        "status", "enqueue", "sync", "show", "watch", "link", "signin", "signout", "delete-account", "claim",
-        "heartbeat", "release",
+        "status", "enqueue", "sync", "show", "watch", "link", "signin", "password", "reset-request", "reset",
+        "signout", "delete-account", "claim", "heartbeat", "release",
     ]
     guard known.contains(command) else { throw Exit.badArguments("unknown command \(command)") }
 
@@ -195,6 +199,19 @@ func run(_ arguments: [String]) async throws {
             choice = parsed
         }
         try await ferry.signIn(email: operands[0], password: operands[1], choice: choice)
+
+    case "password":
+        try expect(2)
+        try await ferry.changePassword(current: operands[0], to: operands[1])
+
+    case "reset-request":
+        try expect(1)
+        try await ferry.requestPasswordReset(email: operands[0])
+
+    case "reset":
+        try expect(3)
+        let signedIn = try await ferry.resetPassword(email: operands[0], code: operands[1], newPassword: operands[2])
+        printJSON(["signed_in": .bool(signedIn)])
 
     case "signout":
         try expect(0)

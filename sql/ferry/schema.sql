@@ -39,6 +39,58 @@ $$;
 
 
 --
+-- Name: caller_credentials(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    select u.email, u.password_hash into email, password_hash
+        from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null;
+    if not found then
+        status := 'revoked';
+    elsif email is null then
+        status := 'anonymous';
+    else
+        status := 'ok';
+    end if;
+end
+$$;
+
+
+--
+-- Name: change_password(text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
+        for update of u;
+    if not found then
+        status := 'revoked';
+        return;
+    end if;
+    if account.password_hash is distinct from p_checked_hash then
+        status := 'changed';
+        return;
+    end if;
+    session_id := ferry.replace_password(account.id, p_new_hash, ferry.device_id(), p_refresh_hash);
+    email := account.email;
+    status := 'ok';
+end
+$$;
+
+
+--
 -- Name: claim_lock(text, text, boolean); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -87,6 +139,30 @@ begin
     return ferry.lock_answer(v_device, v_now);
 end
 $_$;
+
+
+--
+-- Name: claim_mail(integer, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) RETURNS TABLE(id bigint, kind text, recipient text, code text, valid_minutes integer, attempts integer)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    delete from ferry.mail_queue m
+        where m.id in (select e.id from ferry.mail_queue e where e.expires_at <= now() for update skip locked);
+    with due as (
+        select m.id from ferry.mail_queue m
+        where m.next_attempt_at <= now() and m.expires_at > now()
+        order by m.next_attempt_at
+        limit p_batch
+        for update skip locked
+    )
+    update ferry.mail_queue m
+        set next_attempt_at = now() + make_interval(secs => p_lease_seconds), attempts = m.attempts + 1
+        from due where m.id = due.id
+        returning m.id, m.kind, m.recipient, m.code, m.valid_minutes, m.attempts;
+$$;
 
 
 --
@@ -335,6 +411,21 @@ $_$;
 CREATE FUNCTION ferry.device_id() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ select nullif(pg_catalog.current_setting('ferry.device_id', true), '') $$;
+
+
+--
+-- Name: enqueue_mail(text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    insert into ferry.mail_queue (kind, recipient, code, valid_minutes, expires_at)
+        values (p_kind, p_recipient, p_code, p_minutes, now() + make_interval(mins => p_minutes));
+end
+$$;
 
 
 --
@@ -843,6 +934,25 @@ CREATE FUNCTION ferry.internal_columns() RETURNS name[]
 
 
 --
+-- Name: issue_code(uuid, text, text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    insert into ferry.account_codes (user_id, purpose, code_hash, expires_at)
+        values (p_user, p_purpose, p_code_hash, now() + make_interval(mins => p_minutes))
+        on conflict (user_id, purpose) do update
+            set code_hash = excluded.code_hash, expires_at = excluded.expires_at, failed_attempts = 0,
+                created_at = now();
+    perform ferry.enqueue_mail(p_purpose, p_email, p_code, p_minutes);
+end
+$$;
+
+
+--
 -- Name: issue_watermelon_cursor(pg_snapshot, bigint); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -966,6 +1076,34 @@ begin
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
 end
+$$;
+
+
+--
+-- Name: mail_failed(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.mail_failed(p_id bigint, p_error text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    update ferry.mail_queue m
+        set last_error = pg_catalog.left(p_error, 500),
+            next_attempt_at = now() + make_interval(
+                secs => least(5 * pg_catalog.power(2, least(m.attempts - 1, 16)), 300) * (1 + pg_catalog.random() / 5))
+        where m.id = p_id;
+$$;
+
+
+--
+-- Name: mail_sent(bigint); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.mail_sent(p_id bigint) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    delete from ferry.mail_queue m where m.id = p_id;
 $$;
 
 
@@ -1755,6 +1893,40 @@ $$;
 
 
 --
+-- Name: redeem_code(uuid, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    live ferry.account_codes;
+begin
+    select * into live from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose for update;
+    if not found then
+        return false;
+    end if;
+    if live.expires_at <= now() then
+        delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        return false;
+    end if;
+    if live.code_hash <> p_code_hash then
+        if live.failed_attempts + 1 >= 5 then
+            delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        else
+            update ferry.account_codes c set failed_attempts = c.failed_attempts + 1
+                where c.user_id = p_user and c.purpose = p_purpose;
+        end if;
+        return false;
+    end if;
+    delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+    return true;
+end
+$$;
+
+
+--
 -- Name: refresh_session(text, text, text, text, interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2055,6 +2227,71 @@ $_$;
 
 
 --
+-- Name: replace_password(uuid, text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    update ferry.users u set password_hash = p_password_hash, last_seen_at = now() where u.id = p_user;
+    delete from ferry.account_codes c where c.user_id = p_user and c.purpose = 'recovery';
+    perform ferry.announce_revocation(s.id, p_user, 'password_changed')
+        from ferry.sessions s where s.user_id = p_user and s.revoked_at is null;
+    update ferry.sessions s set revoked_at = now() where s.user_id = p_user and s.revoked_at is null;
+    return ferry.open_session(p_user, p_device, p_refresh_hash);
+end
+$$;
+
+
+--
+-- Name: request_password_reset(text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target uuid;
+begin
+    select u.id into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null;
+    if found then
+        perform ferry.issue_code(target, 'recovery', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
+    end if;
+end
+$$;
+
+
+--
+-- Name: reset_password(text, text, text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target ferry.users;
+begin
+    select u.* into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null
+        for update;
+    if not found or not ferry.redeem_code(target.id, 'recovery', p_code_hash) then
+        status := 'invalid_code';
+        return;
+    end if;
+    session_id := ferry.replace_password(target.id, p_new_hash, p_device, p_refresh_hash);
+    user_id := target.id;
+    email := target.email;
+    status := 'ok';
+end
+$$;
+
+
+--
 -- Name: restrict_lock_columns(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2086,7 +2323,7 @@ $$;
 
 CREATE FUNCTION ferry.schema_version() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ select 2 $$;
+    AS $$ select 3 $$;
 
 
 --
@@ -3308,6 +3545,21 @@ COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) I
 
 
 --
+-- Name: account_codes; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.account_codes (
+    user_id uuid NOT NULL,
+    purpose text NOT NULL,
+    code_hash text NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    failed_attempts integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT account_codes_purpose_check CHECK ((purpose = ANY (ARRAY['recovery'::text, 'confirmation'::text])))
+);
+
+
+--
 -- Name: devices; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3318,6 +3570,39 @@ CREATE TABLE ferry.devices (
 );
 
 ALTER TABLE ONLY ferry.devices FORCE ROW LEVEL SECURITY;
+
+
+--
+-- Name: mail_queue; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.mail_queue (
+    id bigint NOT NULL,
+    kind text NOT NULL,
+    recipient text NOT NULL,
+    code text NOT NULL,
+    valid_minutes integer NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT mail_queue_kind_check CHECK ((kind = ANY (ARRAY['recovery'::text, 'confirmation'::text])))
+);
+
+
+--
+-- Name: mail_queue_id_seq; Type: SEQUENCE; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ferry.mail_queue ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME ferry.mail_queue_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 
 --
@@ -3362,7 +3647,7 @@ CREATE TABLE ferry.revocations (
     user_id uuid NOT NULL,
     reason text NOT NULL,
     revoked_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT revocations_reason_check CHECK ((reason = ANY (ARRAY['signed_out'::text, 'token_reused'::text, 'account_deleted'::text])))
+    CONSTRAINT revocations_reason_check CHECK ((reason = ANY (ARRAY['signed_out'::text, 'token_reused'::text, 'account_deleted'::text, 'password_changed'::text])))
 );
 
 
@@ -3462,11 +3747,27 @@ COMMENT ON TABLE ferry.watermelon_cursors IS 'The snapshot each WatermelonDB tim
 
 
 --
+-- Name: account_codes account_codes_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.account_codes
+    ADD CONSTRAINT account_codes_pkey PRIMARY KEY (user_id, purpose);
+
+
+--
 -- Name: devices devices_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
 ALTER TABLE ONLY ferry.devices
     ADD CONSTRAINT devices_pkey PRIMARY KEY (user_id, device_id);
+
+
+--
+-- Name: mail_queue mail_queue_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.mail_queue
+    ADD CONSTRAINT mail_queue_pkey PRIMARY KEY (id);
 
 
 --
@@ -3534,6 +3835,13 @@ ALTER TABLE ONLY ferry.watermelon_cursors
 
 
 --
+-- Name: mail_queue_due; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX mail_queue_due ON ferry.mail_queue USING btree (next_attempt_at);
+
+
+--
 -- Name: refresh_tokens_session; Type: INDEX; Schema: ferry; Owner: -
 --
 
@@ -3573,6 +3881,14 @@ CREATE INDEX users_anonymous_last_seen ON ferry.users USING btree (last_seen_at)
 --
 
 CREATE UNIQUE INDEX users_email_key ON ferry.users USING btree (lower(email));
+
+
+--
+-- Name: account_codes account_codes_user_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.account_codes
+    ADD CONSTRAINT account_codes_user_id_fkey FOREIGN KEY (user_id) REFERENCES ferry.users(id) ON DELETE CASCADE;
 
 
 --
@@ -3643,11 +3959,35 @@ REVOKE ALL ON FUNCTION ferry.announce_revocation(p_session uuid, p_user uuid, p_
 
 
 --
+-- Name: FUNCTION caller_credentials(OUT status text, OUT email text, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) TO ferry_client;
+
+
+--
 -- Name: FUNCTION claim_lock(p_table text, p_key text, p_force boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.claim_lock(p_table text, p_key text, p_force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.claim_lock(p_table text, p_key text, p_force boolean) TO ferry_client;
+
+
+--
+-- Name: FUNCTION claim_mail(p_batch integer, p_lease_seconds integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) TO ferry_gateway;
 
 
 --
@@ -3729,6 +4069,13 @@ REVOKE ALL ON FUNCTION ferry.delete_user_rows(p_user uuid) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION find_credentials(p_email text, OUT user_id uuid, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3788,6 +4135,13 @@ GRANT ALL ON FUNCTION ferry.internal_columns() TO ferry_client;
 
 
 --
+-- Name: FUNCTION issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION issue_watermelon_cursor(p_snapshot pg_snapshot, p_presented bigint); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3823,6 +4177,22 @@ GRANT ALL ON FUNCTION ferry.lock_device() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owner_column name, OUT key_column name, OUT key_type text, OUT stale_seconds numeric) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION mail_failed(p_id bigint, p_error text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.mail_failed(p_id bigint, p_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.mail_failed(p_id bigint, p_error text) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION mail_sent(p_id bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.mail_sent(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.mail_sent(p_id bigint) TO ferry_gateway;
 
 
 --
@@ -3919,6 +4289,13 @@ GRANT ALL ON FUNCTION ferry.recent_revocations(p_since timestamp with time zone,
 
 
 --
+-- Name: FUNCTION redeem_code(p_user uuid, p_purpose text, p_code_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3946,6 +4323,29 @@ REVOKE ALL ON FUNCTION ferry.register_table(p_table regclass, strategy text, own
 
 REVOKE ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) TO ferry_gateway;
 
 
 --

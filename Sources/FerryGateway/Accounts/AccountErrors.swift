@@ -27,3 +27,14 @@ extension APIError {
             details: [("device_rows", .integer(deviceRows)), ("cloud_rows", .integer(cloudRows))])
     }
 }
+
+// The password and mail answers.
+extension APIError {
+    static let invalidCode = APIError(
+        status: 400, code: "invalid_code", message: "the code is wrong, used or expired; ask for a new one")
+    static let anonymousHasNoPassword = APIError(
+        status: 403, code: "forbidden", message: "an anonymous account has no password: link an email first")
+    /// No SMTP relay is configured (`FERRY_SMTP_URL`), so no code can be mailed.
+    static let mailNotConfigured = APIError(
+        status: 404, code: "not_found", message: "this server sends no mail (no SMTP relay is configured)")
+}

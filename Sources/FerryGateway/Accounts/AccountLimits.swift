@@ -31,6 +31,23 @@ extension Accounts {
         _ = failedSignInsByAddress.admit(address)
     }
 
+    /// Counts a password-reset request for `email` from `address`, or returns the `429`
+    /// when either has made its hour's (the request is then not counted).
+    func admitRecovery(email: String, address: String) -> APIError? {
+        let limits = [
+            (recoveryRequestsByEmail, email, "for this email"),
+            (recoveryRequestsByAddress, address, "from this address"),
+        ]
+        for (limiter, key, whose) in limits {
+            if case .denied(let retryAfter) = limiter.check(key) {
+                let limit = "too many password reset requests \(whose) (\(limiter.limit) per hour)"
+                return .rateLimited(retryAfterSeconds: retryAfter, limit: limit)
+            }
+        }
+        for (limiter, key, _) in limits { _ = limiter.admit(key) }
+        return nil
+    }
+
     /// The rate-limit key of a client: its address without the port.
     static func clientKey(_ request: HTTPRequest) -> String {
         guard let address = request.remoteAddress, let colon = address.lastIndex(of: ":") else { return "unknown" }

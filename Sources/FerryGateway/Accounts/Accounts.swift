@@ -16,6 +16,10 @@ final class Accounts: Sendable {
     let failedSignInsByEmail: RateLimiter
     let failedSignInsByAddress: RateLimiter
     let refreshes: RefreshLimits
+    let recoveryRequestsByEmail: RateLimiter
+    let recoveryRequestsByAddress: RateLimiter
+    /// Whether an SMTP relay is configured, so that codes can be mailed.
+    let sendsMail: Bool
     let logger: Logger
 
     init(configuration: GatewayConfiguration, logger: Logger) {
@@ -28,6 +32,9 @@ final class Accounts: Sendable {
         failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
         failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
         refreshes = RefreshLimits(configuration)
+        recoveryRequestsByEmail = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
+        recoveryRequestsByAddress = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
+        sendsMail = configuration.smtpURL != nil
         self.logger = logger
     }
 

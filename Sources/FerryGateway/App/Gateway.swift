@@ -22,6 +22,8 @@ public final class Gateway: Sendable {
     private let listenerStatus = ListenerStatus()
     /// The in-process tombstone purge on loop 0, when configured.
     private let purger: LoopBound<TombstonePurger>?
+    /// The mail sender on loop 0, when an SMTP relay is configured.
+    private let mailer: LoopBound<MailSender>?
     let accounts: Accounts
     /// Requests in flight per device and per user, for every loop.
     let requests: RequestsInFlight
@@ -75,6 +77,13 @@ public final class Gateway: Sendable {
                     retentionSeconds: configuration.tombstoneRetentionSeconds),
                 loop: contexts[0].loop)
         }
+        mailer = configuration.smtpURL.map { url in
+            LoopBound(
+                sending: MailSender(
+                    context: contexts[0], relay: SMTPRelay(url: url, from: configuration.mailFrom),
+                    templates: configuration.mailTemplates, logger: logger),
+                loop: contexts[0].loop)
+        }
         listener = LoopBound(
             sending: Listener(
                 loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel, Self.revocationChannel]),
@@ -93,6 +102,7 @@ public final class Gateway: Sendable {
         http.sharesPort = configuration.sharesPort
         let routes = OperationsRoutes(contexts: contexts, listenerStatus: listenerStatus, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
+        let passwordRoutes = PasswordRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
             cursors: PullCursorSealer(configuration: configuration))
@@ -106,6 +116,7 @@ public final class Gateway: Sendable {
                 let context = contexts.first { $0.loop === loop }!.value
                 routes.register(in: &router, context: context)
                 accountRoutes.register(in: &router, context: context)
+                passwordRoutes.register(in: &router, context: context)
                 syncRoutes.register(in: &router, context: context)
                 watermelonRoutes.register(in: &router, context: context)
                 LockRoutes(accounts: accounts).register(in: &router, context: context)
@@ -156,6 +167,9 @@ public final class Gateway: Sendable {
         if let purger {
             purger.loop.execute { purger.value.start() }
         }
+        if let mailer {
+            mailer.loop.execute { mailer.value.start() }
+        }
         return address
     }
 
@@ -205,6 +219,14 @@ public final class Gateway: Sendable {
             await withCheckedContinuation { continuation in
                 purger.loop.execute {
                     purger.value.close()
+                    continuation.resume()
+                }
+            }
+        }
+        if let mailer {
+            await withCheckedContinuation { continuation in
+                mailer.loop.execute {
+                    mailer.value.close()
                     continuation.resume()
                 }
             }

@@ -60,6 +60,8 @@ public struct GatewayConfiguration: Sendable {
     public var refreshesPerSessionPerMinute: Int
     /// Refreshes allowed per client address per minute.
     public var refreshesPerAddressPerMinute: Int
+    /// Password-reset requests allowed per email and per client address per hour.
+    public var recoveryRequestsPerHour: Int
     /// Database requests one device may have in flight on this process (more: `429`).
     public var requestsPerDevice: Int
     /// Database requests one user may have in flight on this process, over all its devices (more: `429`).
@@ -88,6 +90,16 @@ public struct GatewayConfiguration: Sendable {
     public var purgeTombstonesEverySeconds: Int?
     /// How old a tombstone must be before a purge deletes it, seconds.
     public var tombstoneRetentionSeconds: Int
+
+    /// The SMTP relay mail goes through (`smtp://host:port`, `smtps://…`); nil: no mail is
+    /// sent, and the routes that need it answer `404`.
+    public var smtpURL: String?
+    /// The sender of every mail, `Name <address>` or `address`.
+    public var mailFrom: String
+    /// The folder whose templates replace the built-in ones, if any.
+    public var mailTemplatesFolder: String?
+    /// The templates, built in or the folder's, read and checked at start.
+    var mailTemplates: MailTemplates
 
     /// The settings `ferry serve` reads; `--help` prints them.
     public static let settings: [Setting] = [
@@ -163,6 +175,9 @@ public struct GatewayConfiguration: Sendable {
             "refreshes-per-address", env: "FERRY_REFRESHES_PER_ADDRESS", default: "600",
             help: "refreshes per client address per minute (more: 429)"),
         Setting(
+            "recovery-requests-per-hour", env: "FERRY_RECOVERY_REQUESTS_PER_HOUR", default: "10",
+            help: "password reset requests per email and per client address per hour (more: 429)"),
+        Setting(
             "requests-per-device", env: "FERRY_REQUESTS_PER_DEVICE", default: "3",
             help: "database requests one device may have in flight on this gateway (more: 429)"),
         Setting(
@@ -198,6 +213,18 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "tombstone-retention", env: "FERRY_TOMBSTONE_RETENTION", default: "30d",
             help: "how old a tombstone must be for the in-process purge, e.g. 30d"),
+        Setting(
+            "smtp-url", env: "FERRY_SMTP_URL",
+            help:
+                "SMTP relay for account mail, e.g. smtp://relay:587 or smtps://user:pass@relay:465 (default: no mail)",
+            isOptional: true, isSecret: true),
+        Setting(
+            "mail-from", env: "FERRY_MAIL_FROM", default: "Ferry <no-reply@localhost>",
+            help: "sender of account mail, Name <address>"),
+        Setting(
+            "mail-templates", env: "FERRY_MAIL_TEMPLATES",
+            help: "folder of mail templates replacing the built-in ones (recovery.txt, confirmation.txt)",
+            isOptional: true),
     ]
 
     /// The defaults `ferry dev` uses instead of ``settings``' own (a flag or variable
@@ -206,6 +233,7 @@ public struct GatewayConfiguration: Sendable {
     /// of their own server for an hour.
     public static let developmentDefaults = [
         "anonymous-signups-per-hour": "1000000000", "failed-signins-per-hour": "1000000000",
+        "recovery-requests-per-hour": "1000000000",
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -242,6 +270,7 @@ public struct GatewayConfiguration: Sendable {
         refreshGraceSeconds = try values.integer("refresh-grace", in: 0...3600)!
         refreshesPerSessionPerMinute = try values.integer("refreshes-per-session", in: 1...1_000_000_000)!
         refreshesPerAddressPerMinute = try values.integer("refreshes-per-address", in: 1...1_000_000_000)!
+        recoveryRequestsPerHour = try values.integer("recovery-requests-per-hour", in: 1...1_000_000_000)!
         requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
         requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
@@ -261,6 +290,22 @@ public struct GatewayConfiguration: Sendable {
         streamsPerUser = try values.integer("streams-per-user", in: 1...100_000)!
         purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
         tombstoneRetentionSeconds = try values.duration("tombstone-retention")!
+        smtpURL = values.string("smtp-url")
+        if let url = smtpURL, !(url.hasPrefix("smtp://") || url.hasPrefix("smtps://")) {
+            throw SettingsError("invalid \(values.name("smtp-url")): expected an smtp:// or smtps:// URL")
+        }
+        mailFrom = values.string("mail-from")!
+        guard MailMessage.isDeliverable(MailMessage.address(of: mailFrom)),
+            MailMessage.address(of: mailFrom).contains("@")
+        else {
+            throw SettingsError("invalid \(values.name("mail-from")): expected Name <address> or address")
+        }
+        mailTemplatesFolder = values.string("mail-templates")
+        do {
+            mailTemplates = try MailTemplates.load(folder: mailTemplatesFolder)
+        } catch {
+            throw SettingsError("invalid \(values.name("mail-templates")): \(error)")
+        }
     }
 
     private static func postgresURL(_ values: SettingValues, _ flag: String) throws(SettingsError) -> String {
