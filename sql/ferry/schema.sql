@@ -646,7 +646,7 @@ begin
                     pg_catalog.string_agg(pg_catalog.format('case when p_row ? %L then p.%I else %s end',
                         a.attname, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
                         E',\n                    ' order by a.attnum) as values_list,
-                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L then excluded.%1$I else t.%1$I end',
+                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets
@@ -1592,8 +1592,13 @@ begin
                     exit mutation;
                 end if;
                 v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
-                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
-                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                -- A tombstone revived starts from the given columns: the others take their
+                -- defaults (what excluded holds for a column the insert does not name).
+                v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                        then pg_catalog.format('%1$I = excluded.%1$I', k)
+                        else pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end', k) end,
+                        ', ')
+                    from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
                 execute pg_catalog.format(
                     'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
                         ' on conflict (%s) do update set %s_deleted = false',
@@ -1649,7 +1654,13 @@ begin
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- An overwrite, or a revived tombstone: a merge write of the given columns.
+                -- An overwrite, a merge write of the given columns; or a revived tombstone,
+                -- which starts from the given columns (the others take their defaults).
+                if v_deleted then
+                    v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                            then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
+                        from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
+                end if;
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
@@ -3064,6 +3075,13 @@ begin
             join pg_catalog.pg_type ty on ty.oid = a.atttypid
             join pg_catalog.pg_namespace tn on tn.oid = ty.typnamespace
             where c.name = any (v_group.given);
+        -- A tombstone revived starts from the given columns: the others take their
+        -- defaults (what excluded holds for a column the insert does not name).
+        v_sets := coalesce(v_sets, '') || coalesce((
+            select pg_catalog.string_agg(pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end, ',
+                c ->> 'name'), '' order by c ->> 'name')
+            from pg_catalog.jsonb_array_elements(v_writable) c
+            where not (c ->> 'name') = any (v_group.given)), '');
         v_sql := pg_catalog.format(
             'with w as (insert into %s as t (%sid%s) select %se.r ->> ''id''%s from pg_catalog.jsonb_array_elements($1) e(r)'
                 ' on conflict (%s) do %s returning t.id) select pg_catalog.array_agg(w.id) from w',

@@ -315,8 +315,13 @@ begin
                     exit mutation;
                 end if;
                 v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
-                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
-                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                -- A tombstone revived starts from the given columns: the others take their
+                -- defaults (what excluded holds for a column the insert does not name).
+                v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                        then pg_catalog.format('%1$I = excluded.%1$I', k)
+                        else pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end', k) end,
+                        ', ')
+                    from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
                 execute pg_catalog.format(
                     'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
                         ' on conflict (%s) do update set %s_deleted = false',
@@ -372,7 +377,13 @@ begin
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- An overwrite, or a revived tombstone: a merge write of the given columns.
+                -- An overwrite, a merge write of the given columns; or a revived tombstone,
+                -- which starts from the given columns (the others take their defaults).
+                if v_deleted then
+                    v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                            then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
+                        from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
+                end if;
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
