@@ -338,6 +338,34 @@ CREATE FUNCTION ferry.device_id() RETURNS text
 
 
 --
+-- Name: duplicate_result(bigint); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.duplicate_result(p_id bigint) RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    select pg_catalog.jsonb_build_object('id', p_id, 'status', 'duplicate')
+        || case
+            when r.code is not null then pg_catalog.jsonb_build_object('original', 'rejected', 'code', r.code,
+                'message', r.message)
+            when p_id >= d.outcomes_from then '{"original": "applied"}'::jsonb
+            else '{}'::jsonb end
+    from (select) one
+    left join ferry.devices d on d.user_id = ferry.uid() and d.device_id = ferry.device_id()
+    left join ferry.rejected_mutations r
+        on r.user_id = d.user_id and r.device_id = d.device_id and r.mutation_id = p_id;
+$$;
+
+
+--
+-- Name: FUNCTION duplicate_result(p_id bigint); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.duplicate_result(p_id bigint) IS 'A duplicate mutation''s result for the caller''s device: {"id", "status": "duplicate"} with its "original" outcome while it is remembered.';
+
+
+--
 -- Name: find_credentials(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -1219,6 +1247,7 @@ begin
         exit when v_left <= 0;
     end loop;
     perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
+    perform ferry.trim_rejected_mutations(p_older_than, p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),
@@ -1412,6 +1441,10 @@ declare
     v_wrote boolean;
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
     v_cued text[] := '{}'::text[];
+    v_rejected_ids bigint[] := '{}'::bigint[];
+    v_rejected_codes text[] := '{}'::text[];
+    v_rejected_messages text[] := '{}'::text[];
+    v_earlier integer;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -1472,7 +1505,13 @@ begin
     for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
         v_id := (v_m ->> 'id')::bigint;
         if v_id <= v_last then
-            v_results := v_results || pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate');
+            -- Its original outcome (ferry.duplicate_result, outcomes.sql), or this batch's
+            -- when the batch named it before.
+            v_earlier := pg_catalog.array_position(v_rejected_ids, v_id);
+            v_results := v_results || case when v_earlier is not null then pg_catalog.jsonb_build_object(
+                    'id', v_id, 'status', 'duplicate', 'original', 'rejected', 'code', v_rejected_codes[v_earlier],
+                    'message', v_rejected_messages[v_earlier])
+                else ferry.duplicate_result(v_id) end;
             continue;
         end if;
         v_last := v_id;
@@ -1691,6 +1730,11 @@ begin
             when v_code = 'duplicate' then pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate')
             else pg_catalog.jsonb_build_object('id', v_id, 'status', 'rejected', 'code', v_code, 'message', v_message)
         end;
+        if v_code is not null and v_code <> 'duplicate' then
+            v_rejected_ids := v_rejected_ids || v_id;
+            v_rejected_codes := v_rejected_codes || v_code;
+            v_rejected_messages := v_rejected_messages || v_message;
+        end if;
     end loop;
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
@@ -1699,6 +1743,9 @@ begin
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);
+    if pg_catalog.cardinality(v_rejected_ids) > 0 then
+        perform ferry.remember_rejections(v_rejected_ids, v_rejected_codes, v_rejected_messages);
+    end if;
     return pg_catalog.jsonb_build_object('last_mutation_id', v_last, 'results', pg_catalog.to_jsonb(v_results));
 end
 $_$;
@@ -2047,6 +2094,28 @@ $_$;
 
 
 --
+-- Name: remember_rejections(bigint[], text[], text[]); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    insert into ferry.rejected_mutations (user_id, device_id, mutation_id, code, message)
+    select ferry.uid(), ferry.device_id(), r.id, r.code, pg_catalog.left(coalesce(r.message, ''), 500)
+    from rows from (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_codes), pg_catalog.unnest(p_messages)) r(id, code, message)
+    on conflict do nothing;
+$$;
+
+
+--
+-- Name: FUNCTION remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) IS 'Stores a push batch''s rejections for the caller''s device, so a retried push''s duplicate carries them (docs/PROTOCOL.md "Push").';
+
+
+--
 -- Name: restrict_lock_columns(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2320,6 +2389,44 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key_columns text, OUT owner_column name) IS 'Registered tables clients write whose primary key leaves the owner column out (one key space for all users), unless their options have "global_key": true; ferry migrate warns about each.';
+
+
+--
+-- Name: trim_rejected_mutations(interval, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_count bigint;
+begin
+    with gone as (
+        delete from ferry.rejected_mutations r where (r.user_id, r.device_id, r.mutation_id) in (
+            select x.user_id, x.device_id, x.mutation_id from ferry.rejected_mutations x
+            where x.rejected_at < pg_catalog.now() - p_older_than
+            order by x.rejected_at
+            limit p_batch
+            for update skip locked)
+        returning r.user_id, r.device_id, r.mutation_id
+    ), raised as (
+        update ferry.devices d set outcomes_from = greatest(d.outcomes_from, g.through + 1)
+        from (select g.user_id, g.device_id, pg_catalog.max(g.mutation_id) as through from gone g
+              group by g.user_id, g.device_id) g
+        where d.user_id = g.user_id and d.device_id = g.device_id
+    )
+    select pg_catalog.count(*) into v_count from gone;
+    return v_count;
+end
+$$;
+
+
+--
+-- Name: FUNCTION trim_rejected_mutations(p_older_than interval, p_batch integer); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) IS 'Deletes at most batch rejections older than older_than and raises their devices'' outcomes_from past them; returns the count.';
 
 
 --
@@ -3279,7 +3386,8 @@ COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) I
 CREATE TABLE ferry.devices (
     user_id uuid NOT NULL,
     device_id text NOT NULL,
-    last_mutation_id bigint DEFAULT 0 NOT NULL
+    last_mutation_id bigint DEFAULT 0 NOT NULL,
+    outcomes_from bigint DEFAULT 0 NOT NULL
 );
 
 ALTER TABLE ONLY ferry.devices FORCE ROW LEVEL SECURITY;
@@ -3315,6 +3423,27 @@ CREATE TABLE ferry.refresh_tokens (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     used_at timestamp with time zone
 );
+
+
+--
+-- Name: rejected_mutations; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.rejected_mutations (
+    user_id uuid NOT NULL,
+    device_id text NOT NULL,
+    mutation_id bigint NOT NULL,
+    code text NOT NULL,
+    message text NOT NULL,
+    rejected_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE rejected_mutations; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.rejected_mutations IS 'Each device''s rejected mutations from its outcomes_from on, so a retried push''s duplicate carries the original outcome (docs/PROTOCOL.md "Push"); purged with tombstone retention.';
 
 
 --
@@ -3449,6 +3578,14 @@ ALTER TABLE ONLY ferry.refresh_tokens
 
 
 --
+-- Name: rejected_mutations rejected_mutations_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.rejected_mutations
+    ADD CONSTRAINT rejected_mutations_pkey PRIMARY KEY (user_id, device_id, mutation_id);
+
+
+--
 -- Name: revocations revocations_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -3504,6 +3641,13 @@ CREATE INDEX refresh_tokens_session ON ferry.refresh_tokens USING btree (session
 
 
 --
+-- Name: rejected_mutations_rejected_at; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX rejected_mutations_rejected_at ON ferry.rejected_mutations USING btree (rejected_at);
+
+
+--
 -- Name: revocations_time; Type: INDEX; Schema: ferry; Owner: -
 --
 
@@ -3545,6 +3689,14 @@ ALTER TABLE ONLY ferry.devices
 
 ALTER TABLE ONLY ferry.refresh_tokens
     ADD CONSTRAINT refresh_tokens_session_id_fkey FOREIGN KEY (session_id) REFERENCES ferry.sessions(id) ON DELETE CASCADE;
+
+
+--
+-- Name: rejected_mutations rejected_mutations_user_id_device_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.rejected_mutations
+    ADD CONSTRAINT rejected_mutations_user_id_device_id_fkey FOREIGN KEY (user_id, device_id) REFERENCES ferry.devices(user_id, device_id) ON DELETE CASCADE;
 
 
 --
@@ -3682,6 +3834,14 @@ GRANT ALL ON FUNCTION ferry.delete_account() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.delete_user_rows(p_user uuid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION duplicate_result(p_id bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.duplicate_result(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.duplicate_result(p_id bigint) TO ferry_client;
 
 
 --
@@ -3905,6 +4065,14 @@ GRANT ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) TO ferry_clie
 
 
 --
+-- Name: FUNCTION remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) TO ferry_client;
+
+
+--
 -- Name: FUNCTION restrict_lock_columns(p_table regclass); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3970,6 +4138,13 @@ GRANT ALL ON FUNCTION ferry.table_schema() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key_columns text, OUT owner_column name) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION trim_rejected_mutations(p_older_than interval, p_batch integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) FROM PUBLIC;
 
 
 --
