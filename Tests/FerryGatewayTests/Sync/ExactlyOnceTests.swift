@@ -61,7 +61,9 @@ import Testing
             let record = { (id: Int, seconds: Int) -> [String: Any] in
                 [
                     "id": id, "table": "game_records", "op": "insert",
-                    "row": ["id": "g-1", "puzzle_id": "p-1", "seconds": seconds, "finished_at": "2026-05-01T09:30:00Z"],
+                    "row": [
+                        "id": "g-1", "puzzle_id": "p-1", "seconds": seconds, "finished_at": "2026-05-01T09:30:00Z",
+                    ],
                 ]
             }
             let batch = [record(1, 300), record(2, 301), ["id": 3, "table": "nowhere", "op": "upsert", "row": [:]]]
