@@ -14,7 +14,7 @@ import Testing
         try await DemoGateway.with { gateway in
             let proxy = try AnswerLosingProxy(to: gateway.port)
             defer { proxy.stop() }
-            let ferry = try await proxiedClient(through: proxy, gateway.device("phone"))
+            let ferry = try await proxiedClient(gateway, through: proxy, gateway.device("phone"))
             let user = try #require(ferry.user?.id)
             proxy.loseAnswers(to: "POST /v1/auth/link")
             // Lost: it throws (unless the HTTP stack's own retry already met the link).
@@ -26,7 +26,7 @@ import Testing
             #expect(ferry.user?.email == "lost-link@example.com")
             await ferry.close()
             // A new client on the folder reads the linked session.
-            let reopened = try await proxiedClient(through: proxy, gateway.device("phone"))
+            let reopened = try await proxiedClient(gateway, through: proxy, gateway.device("phone"))
             #expect(reopened.user?.isAnonymous == false)
             await reopened.close()
         }
@@ -38,12 +38,12 @@ import Testing
         try await DemoGateway.with { gateway in
             let proxy = try AnswerLosingProxy(to: gateway.port)
             defer { proxy.stop() }
-            let owner = try await proxiedClient(through: proxy, gateway.device("phone"))
+            let owner = try await proxiedClient(gateway, through: proxy, gateway.device("phone"))
             try await owner.link(email: "lost-signin@example.com", password: "correct horse")
             let account = try #require(owner.user?.id)
             await owner.close()
 
-            let tablet = try await proxiedClient(through: proxy, gateway.device("tablet"))
+            let tablet = try await proxiedClient(gateway, through: proxy, gateway.device("tablet"))
             proxy.loseAnswers(to: "POST /v1/auth/signin")
             try? await tablet.signIn(email: "lost-signin@example.com", password: "correct horse")
             #expect(proxy.answersLost == 1)

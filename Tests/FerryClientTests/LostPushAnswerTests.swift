@@ -4,20 +4,13 @@ import Testing
 
 @testable import FerryClient
 
-/// A client in this process on `device`, reaching the gateway through `proxy`, syncing
-/// only when asked; the rejections it reports are collected in `rejected`.
+/// A client in this process on `device` of `gateway`, reaching it through `proxy`,
+/// syncing only when asked; the rejections it reports are collected in `rejected`.
 func proxiedClient(
-    through proxy: AnswerLosingProxy, _ device: String, rejected: Shared<[RejectedMutation]> = Shared([])
+    _ gateway: DemoGateway, through proxy: AnswerLosingProxy, _ device: String,
+    rejected: Shared<[RejectedMutation]> = Shared([])
 ) async throws -> FerryClient {
-    var configuration = FerryClient.Configuration()
-    configuration.syncsAutomatically = false
-    configuration.holdsCueStream = false
-    configuration.retryBase = 0.05
-    configuration.retryCap = 0.5
-    configuration.requestTimeout = 10
-    configuration.log = { _ in }
-    let ferry = try await FerryClient(
-        server: URL(string: proxy.url)!, stateDirectory: URL(fileURLWithPath: device), configuration: configuration)
+    let ferry = try await client(gateway, device, automatic: false, stream: false, server: proxy.url)
     let events = ferry.events()
     Task {
         for await event in events {
@@ -70,7 +63,7 @@ private func expectConverged(
             let proxy = try AnswerLosingProxy(to: gateway.port)
             defer { proxy.stop() }
             let rejected = Shared<[RejectedMutation]>([])
-            let ferry = try await proxiedClient(through: proxy, gateway.device("phone"), rejected: rejected)
+            let ferry = try await proxiedClient(gateway, through: proxy, gateway.device("phone"), rejected: rejected)
             let user = try #require(ferry.user?.id)
             let record = { (id: String, seconds: Int) -> FerryRow in
                 [
@@ -98,6 +91,16 @@ private func expectConverged(
                 rejected.withLock { $0.map(\.code) } == ["immutable"]
             }
             try await expectConverged(ferry, gateway, "game_records", of: user)
+
+            // A later rejection of the same row, answered as usual, reverts to the
+            // server's version too: the version kept for it was not the lost one's row.
+            try ferry.enqueue(.insert, into: "game_records", record("g-1", 77))
+            try await ferry.sync()
+            #expect(try ferry.rows(in: "game_records").first?["seconds"] == .integer(10))
+            try await eventually("the second rejection reported", seconds: 10) {
+                rejected.withLock { $0.map(\.code) } == ["immutable", "immutable"]
+            }
+            try await expectConverged(ferry, gateway, "game_records", of: user)
             await ferry.close()
         }
     }
@@ -109,7 +112,7 @@ private func expectConverged(
             let proxy = try AnswerLosingProxy(to: gateway.port)
             defer { proxy.stop() }
             let rejected = Shared<[RejectedMutation]>([])
-            let ferry = try await proxiedClient(through: proxy, gateway.device("laptop"), rejected: rejected)
+            let ferry = try await proxiedClient(gateway, through: proxy, gateway.device("laptop"), rejected: rejected)
             let user = try #require(ferry.user?.id)
             try ferry.enqueue(.upsert, into: "tasks", ["id": "t-1", "title": "first"])
             try await ferry.sync()
@@ -137,7 +140,7 @@ private func expectConverged(
             defer { proxy.stop() }
             for device in ["a", "b", "c"] {
                 let rejected = Shared<[RejectedMutation]>([])
-                let ferry = try await proxiedClient(through: proxy, gateway.device(device), rejected: rejected)
+                let ferry = try await proxiedClient(gateway, through: proxy, gateway.device(device), rejected: rejected)
                 let user = try #require(ferry.user?.id)
                 for round in 0..<3 {
                     for index in 0..<4 {
