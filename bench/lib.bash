@@ -156,6 +156,72 @@ assert len(results) == '"$4"' and all(r["status"] == "applied" for r in results)
         { echo "a push batch through the API was not applied whole" >&2; exit 1; }
 }
 
+# Fails unless every SQL push statement given (after the devices table $1, whose row
+# n = 0 is the caller) applies a batch of $BATCH mutations whole, in a transaction rolled
+# back: push-shape.sh's and push-outcomes.sh's check of what they compare.
+check_push_statements() {
+    local devices=$1 statement answer
+    shift
+    for statement in "$@"; do
+        answer=$(psql -Atq -v ON_ERROR_STOP=1 "$GATEWAY_URL" <<SQL
+begin;
+select set_config('role', 'ferry_client', true), set_config('ferry.user_id', uid, true), set_config('ferry.device_id', did, true)
+    from $devices where n = 0 \\g /dev/null
+$statement;
+rollback;
+SQL
+)
+        python3 -c '
+import json, sys
+results = json.loads(sys.argv[1])["results"]
+assert len(results) == int(sys.argv[2]) and all(r["status"] == "applied" for r in results), results' "$answer" "$BATCH" ||
+            { echo "a push statement did not apply the batch whole: $answer" >&2; exit 1; }
+    done
+}
+
+# pgbench of the push script $1 (as push-shape.sh writes them: -D have, seq, template)
+# with mutation numbers from $2, as $GATEWAY_URL, $CLIENTS clients, $THREADS threads,
+# $DURATION s: "tx/s µs-of-PostgreSQL-CPU-per-push". Needs find_postmaster first.
+measure_push_script() {
+    local output count pg0 pg1
+    pg0=$(cluster_ticks "$postmaster")
+    output=$(pgbench -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -f "$1" -D have=0 -D seq="$2" \
+        -D "template=$template" "$GATEWAY_URL" 2>&1) || { echo "pgbench: $output" >&2; exit 1; }
+    if grep -q 'number of failed transactions: [1-9]' <<<"$output"; then
+        echo "pgbench: $output" >&2
+        exit 1
+    fi
+    count=$(awk '/^number of transactions actually processed:/ { print $NF }' <<<"$output")
+    sleep 1 # let the postmaster reap pgbench's backends, so their CPU time is counted
+    pg1=$(cluster_ticks "$postmaster")
+    echo "$(awk '/^tps = / { print $3 }' <<<"$output") $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc)"
+}
+
+# $RUNS interleaved runs of push scripts $1 (before) and $2 (after), labelled $3 and $4:
+# prints each run on stderr, the medians of tx/s and PostgreSQL CPU per push, and
+# after/before of the CPU with PASS when at most $MAX_COST_RATIO.
+compare_push_scripts() {
+    local run ratio name before_runs=() after_runs=()
+    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    for run in $(seq "$RUNS"); do
+        # Mutation numbers: runs and variants apart by far more than a run's transactions.
+        before_runs+=("$(measure_push_script "$1" $(((2 * run) * 100000000)))")
+        after_runs+=("$(measure_push_script "$2" $(((2 * run + 1) * 100000000)))")
+    done
+    echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
+    listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
+    for name in before after; do
+        echo "runs $name: tx/s $(listed 1 ${name}_runs); PostgreSQL µs/push $(listed 2 ${name}_runs)" >&2
+    done
+    ratio=$(echo "$(column 2 after_runs) / $(column 2 before_runs)" | bc -l)
+    printf '%-40s %10s %18s\n' "" "median tx/s" "PostgreSQL µs/push"
+    printf '%-40s %10.0f %18.0f\n' "$3" "$(column 1 before_runs)" "$(column 2 before_runs)"
+    printf '%-40s %10.0f %18.0f\n' "$4" "$(column 1 after_runs)" "$(column 2 after_runs)"
+    printf '%-40s %10.3f  %s (goal at most %s)\n' "CPU per push: after / before" "$ratio" \
+        "$([ "$(echo "$ratio <= $MAX_COST_RATIO" | bc -l)" -eq 1 ] && echo PASS || echo FAIL)" "$MAX_COST_RATIO"
+}
+
 # The release `ferry` of commit $1 (the "before" of a before/after benchmark): built once
 # from `git archive` under .build/baseline/<commit> (ignored by git, kept between runs).
 # Prints the binary's path.

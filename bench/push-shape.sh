@@ -83,60 +83,10 @@ from (select pg_catalog.format(:template, :seq::bigint)::jsonb as body) request;
 script "select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);" >"$tmp/after.sql"
 
 find_postmaster
-# "tx/s µs-of-PostgreSQL-CPU-per-push" for one run of script $1 with mutation numbers from $2.
-measure() {
-    local output count pg0 pg1
-    pg0=$(cluster_ticks "$postmaster")
-    output=$(pgbench -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -f "$1" -D have=0 -D seq="$2" \
-        -D "template=$template" "$GATEWAY_URL" 2>&1) || { echo "pgbench: $output" >&2; exit 1; }
-    if grep -q 'number of failed transactions: [1-9]' <<<"$output"; then
-        echo "pgbench: $output" >&2
-        exit 1
-    fi
-    count=$(awk '/^number of transactions actually processed:/ { print $NF }' <<<"$output")
-    sleep 1 # let the postmaster reap pgbench's backends, so their CPU time is counted
-    pg1=$(cluster_ticks "$postmaster")
-    echo "$(awk '/^tps = / { print $3 }' <<<"$output") $(echo "($pg1 - $pg0) * 1000000 / $ticks_per_second / $count" | bc)"
-}
-
 # Both statements apply a batch whole (checked in a transaction rolled back).
 batch=${template//%1\$s/1}
-for statement in \
+check_push_statements bench_shape.devices \
     "select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array' then bench_shape.push_0013(body) end from (select \$b\$$batch\$b\$::jsonb as body) request" \
-    "select ferry.push_body(\$b\$$batch\$b\$, 1000)"; do
-    answer=$(psql -Atq -v ON_ERROR_STOP=1 "$GATEWAY_URL" <<SQL
-begin;
-select set_config('role', 'ferry_client', true), set_config('ferry.user_id', uid, true), set_config('ferry.device_id', did, true)
-    from bench_shape.devices where n = 0 \\g /dev/null
-$statement;
-rollback;
-SQL
-)
-    python3 -c '
-import json, sys
-results = json.loads(sys.argv[1])["results"]
-assert len(results) == int(sys.argv[2]) and all(r["status"] == "applied" for r in results), results' "$answer" "$BATCH" ||
-        { echo "a push statement did not apply the batch whole: $answer" >&2; exit 1; }
-done
+    "select ferry.push_body(\$b\$$batch\$b\$, 1000)"
 
-before_runs=()
-after_runs=()
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-for run in $(seq "$RUNS"); do
-    # Mutation numbers: runs and variants apart by far more than a run's transactions.
-    before_runs+=("$(measure "$tmp/before.sql" $(((2 * run) * 100000000)))")
-    after_runs+=("$(measure "$tmp/after.sql" $(((2 * run + 1) * 100000000)))")
-done
-echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-
-column() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print $c }' | median; }
-listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $c }'; }
-for name in before after; do
-    echo "runs $name: tx/s $(listed 1 ${name}_runs); PostgreSQL µs/push $(listed 2 ${name}_runs)" >&2
-done
-ratio=$(echo "$(column 2 after_runs) / $(column 2 before_runs)" | bc -l)
-printf '%-40s %10s %18s\n' "" "median tx/s" "PostgreSQL µs/push"
-printf '%-40s %10.0f %18.0f\n' "before: 0013's statement ($BATCH upserts)" "$(column 1 before_runs)" "$(column 2 before_runs)"
-printf '%-40s %10.0f %18.0f\n' "after: ferry.push_body ($BATCH upserts)" "$(column 1 after_runs)" "$(column 2 after_runs)"
-printf '%-40s %10.3f  %s (goal at most %s)\n' "CPU per push: after / before" "$ratio" \
-    "$([ "$(echo "$ratio <= $MAX_COST_RATIO" | bc -l)" -eq 1 ] && echo PASS || echo FAIL)" "$MAX_COST_RATIO"
+compare_push_scripts "$tmp/before.sql" "$tmp/after.sql" "before: 0013's statement ($BATCH upserts)" "after: ferry.push_body ($BATCH upserts)"

@@ -5,10 +5,11 @@ import Testing
 
 @testable import FerryClient
 
-/// A client in this process on `device` of `gateway`, syncing in the background with short backoffs.
-/// Its log lines go to `log` when given.
+/// A client in this process on `device` of `gateway` (reached at `server` when given: a
+/// proxy in front of it), syncing in the background with short backoffs. Its log lines
+/// go to `log` when given.
 func client(
-    _ gateway: DemoGateway, _ device: String, automatic: Bool = true, stream: Bool = true,
+    _ gateway: DemoGateway, _ device: String, automatic: Bool = true, stream: Bool = true, server: String? = nil,
     log: (@Sendable (String) -> Void)? = nil
 ) async throws -> FerryClient {
     var configuration = FerryClient.Configuration()
@@ -19,7 +20,8 @@ func client(
     configuration.requestTimeout = 10
     configuration.log = log ?? { _ in }
     return try await FerryClient(
-        server: URL(string: gateway.url)!, stateDirectory: URL(fileURLWithPath: device), configuration: configuration)
+        server: URL(string: server ?? gateway.url)!, stateDirectory: URL(fileURLWithPath: device),
+        configuration: configuration)
 }
 
 /// FerryClient's API in an app's process, against a real gateway.

@@ -37,6 +37,15 @@ func page(
         lastMutationID: lastMutationID)
 }
 
+extension LocalStore {
+    /// Settles the outbox's mutations `acknowledged` (applied) and `rejected`, by id.
+    func settle(acknowledged: [Int64], rejected: [Int64]) throws {
+        let queued = Dictionary(
+            uniqueKeysWithValues: try pendingBatch(limit: 10_000, maxBytes: 1 << 30).map { ($0.id, $0) })
+        try settle(applied: acknowledged.compactMap { queued[$0] }, rejected: rejected.compactMap { queued[$0] })
+    }
+}
+
 @Suite(.tagSelection) struct LocalStoreTests {
     @Test func enqueueWritesTheRowAndTheMutationTogether() async throws {
         try await withStore { (store, heard) async throws -> Void in
@@ -137,6 +146,59 @@ func page(
         }
     }
 
+    /// One rejection in a batch undoes its own row only: the applied rows keep their writes.
+    @Test func aRejectionInABatchLeavesItsAppliedRowsAsWritten() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            let server: FerryRow = ["id": "p", "user_id": .string(owner), "title": "old", "position": 1.0]
+            #expect(try store.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            try store.enqueue(.insert, into: "tasks", ["id": "new"])
+            try store.enqueue(.upsert, into: "tasks", ["id": "p", "title": "renamed"])
+            try store.enqueue(.insert, into: "tasks", ["id": "bad"])
+            try store.settle(acknowledged: [1, 2], rejected: [3])
+            let rows = try store.rows(in: "tasks")
+            #expect(rows.map { $0["id"] } == ["new", "p"])
+            #expect(rows.last?["title"] == "renamed")
+            #expect(store.pendingCount == 0)
+        }
+    }
+
+    /// The version a rejection puts a row back to has the row's applied writes in it.
+    @Test func aRejectionAfterAnAppliedWriteRevertsToTheAppliedVersion() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            let server: FerryRow = ["id": "t", "user_id": .string(owner), "title": "server", "position": 1.0]
+            #expect(try store.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "title": "applied"])
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "position": 9.0])
+            try store.enqueue(.upsert, into: "tasks", ["id": "t", "parent_id": "p"])
+            try store.settle(acknowledged: [1], rejected: [])
+            try store.settle(acknowledged: [], rejected: [2])
+            let row = try store.rows(in: "tasks")[0]
+            #expect(row["title"] == "applied")
+            #expect(row["position"] == .double(1))
+            #expect(row["parent_id"] == "p")
+            try store.settle(acknowledged: [], rejected: [3])
+            #expect(try store.rows(in: "tasks")[0]["parent_id"] == .null)
+        }
+    }
+
+    /// A pull whose last_mutation_id covers a mutation but brings no version of its row
+    /// (the server may have rejected it: the push answer was lost) leaves it queued, for
+    /// the next push's duplicate to settle; one whose row it brings leaves the outbox.
+    @Test func aPullKeepsACoveredMutationWhoseRowItDoesNotBring() async throws {
+        try await withStore { (store, _) async throws -> Void in
+            try store.enqueue(.insert, into: "tasks", ["id": "kept"])
+            try store.enqueue(.insert, into: "tasks", ["id": "brought", "title": "mine"])
+            let brought: FerryRow = ["id": "brought", "user_id": .string(owner), "title": "mine"]
+            #expect(
+                try store.merge(page([brought], cursor: "c1", lastMutationID: 2), startedFrom: nil, syncedAt: Date()))
+            #expect(try store.pendingBatch(limit: 10, maxBytes: 1 << 20).map(\.id) == [1])
+            #expect(store.hasPending(through: 2))
+            try store.settle(acknowledged: [], rejected: [1])
+            #expect(try store.rows(in: "tasks").map { $0["id"] } == ["brought"])
+            #expect(!store.hasPending(through: 2))
+        }
+    }
+
     @Test func aRejectedInsertOfANewRowRemovesIt() async throws {
         try await withStore { (store, _) async throws -> Void in
             try store.enqueue(.insert, into: "tasks", ["id": "root"])
@@ -160,6 +222,29 @@ func page(
             let row = try app.rows(in: "tasks")[0]
             #expect(row["title"] == "server")
             #expect(row["position"] == .double(5))
+        }
+    }
+
+    /// Two processes on one file push the same batch: one hears `rejected`, the other
+    /// `duplicate` with `original: rejected`. Whichever settles first puts the row back;
+    /// the other finds the mutation gone and leaves the row as the first left it.
+    @Test func twoProcessesHearingOneRejectionPutTheRowBackOnce() async throws {
+        try await withTemporaryDirectory { (directory) async throws -> Void in
+            let path = directory.appendingPathComponent("s.sqlite").path
+            let app = try LocalStore(path: path, userID: owner) { _ in }
+            try app.apply(schema: [tasksSchema])
+            let server: FerryRow = ["id": "t", "user_id": .string(owner), "title": "server"]
+            #expect(try app.merge(page([server], cursor: "c1"), startedFrom: nil, syncedAt: Date()))
+            let other = try LocalStore(path: path, userID: owner) { _ in }
+            try app.enqueue(.upsert, into: "tasks", ["id": "t", "title": "bad"])
+            let batch = try app.pendingBatch(limit: 10, maxBytes: 1 << 20)
+            try other.settle(applied: [], rejected: batch)
+            try app.enqueue(.upsert, into: "tasks", ["id": "t", "position": 2.0])
+            try app.settle(applied: [], rejected: batch)
+            let row = try app.rows(in: "tasks")[0]
+            #expect(row["title"] == "server")
+            #expect(row["position"] == .double(2), "the later pending write stays")
+            #expect(app.pendingCount == 1)
         }
     }
 

@@ -17,7 +17,9 @@ begin;
 
 -- MARK: - Tables, one per strategy, and the paths as functions
 
-create table public.rule_lww (user_id uuid not null, id text not null, title text, primary key (user_id, id));
+-- note: a column the cases' writes never send (a revived tombstone's check, at the end).
+create table public.rule_lww (user_id uuid not null, id text not null, title text, note text default 'fresh',
+    primary key (user_id, id));
 create table public.rule_insert_only (like public.rule_lww including all);
 create table public.rule_set (like public.rule_lww including all);
 create table public.rule_device_lock (like public.rule_lww including all);
@@ -159,7 +161,7 @@ insert into rule_cases values
     ('shared', 'delete', 'old', 'read_only', true);
 
 select plan((select pg_catalog.count(*)::integer from rule_cases)
-    + (select pg_catalog.count(*)::integer from rule_cases where watermelon) + 15);
+    + (select pg_catalog.count(*)::integer from rule_cases where watermelon) + 21);
 
 -- MARK: - Both paths against the cases
 
@@ -240,6 +242,35 @@ select is((select (w.rejected -> 0 ->> 'code') from rule_test.act_as('d1'), ferr
         pg_catalog.pg_current_snapshot(), '[{"id": "k", "title": "new", "user_id": "00000000-0000-4000-8000-0000000000b2"}]',
         '{}') w), 'forbidden', 'watermelon: a record naming another user is forbidden');
 select rule_test.act_as_owner();
+
+-- A revived tombstone starts from the columns given: a column the write does not send
+-- takes its default, not the deleted row's value; a live row's stays (a merge write).
+create function rule_test.note_after(p_table text, p_path text, p_op text, p_prior text) returns text language plpgsql
+as $$
+declare
+    v_note text;
+begin
+    perform rule_test.store(p_table, p_prior);
+    execute pg_catalog.format('update public.%I set note = ''kept''', p_table);
+    perform case p_path when 'push' then rule_test.push_outcome(p_table, p_op)
+        else rule_test.watermelon_outcome(p_table, p_op) end;
+    execute pg_catalog.format('select note from public.%I where id = ''k''', p_table) into v_note;
+    return v_note;
+end
+$$;
+select is(rule_test.note_after('rule_lww', 'push', 'upsert', 'tombstone old'), 'fresh',
+    'push: an lww upsert reviving a tombstone starts from the given columns');
+select is(rule_test.note_after('rule_lww', 'push', 'upsert', 'old'), 'kept', 'push: an lww upsert of a live row merges');
+select is(rule_test.note_after('rule_lww', 'push', 'insert', 'tombstone old'), 'fresh',
+    'push: an lww insert reviving a tombstone starts from the given columns');
+select is(rule_test.note_after('rule_set', 'push', 'insert', 'tombstone old'), 'fresh',
+    'push: a set insert reviving a tombstone starts from the given columns');
+select is(rule_test.note_after('rule_lww', 'watermelon', 'upsert', 'tombstone old'), 'fresh',
+    'watermelon: an lww upsert reviving a tombstone starts from the given columns');
+-- A default changed since the table's static upsert was built: push builds the statement.
+alter table public.rule_lww alter column note set default 'fresher';
+select is(rule_test.note_after('rule_lww', 'push', 'upsert', 'tombstone old'), 'fresher',
+    'push: the built lww upsert reviving a tombstone starts from the given columns');
 
 select * from finish();
 rollback;

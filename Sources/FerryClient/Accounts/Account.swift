@@ -267,19 +267,33 @@ actor Account {
 
     // MARK: - Link, sign-in, sign-out, deletion
 
-    /// `POST /v1/auth/link`: this anonymous account gets an email and a password.
+    /// `POST /v1/auth/link`: this anonymous account gets an email and a password. A
+    /// retry after the server linked it (`409 already_linked`) learns the outcome from
+    /// `GET /v1/auth/user`.
     func link(email: String, password: String) async throws(FerryError) -> StoredSession {
         let answer = try await authorized(
             "POST", "/v1/auth/link", body: ["email": .string(email), "password": .string(password)])
-        guard answer.status == 200 else { throw .server(answer.error) }
+        var linked = (try? answer.decode(UserAnswer.self, "a link answer"))?.user.email ?? email
+        if answer.status == 409 && answer.error.code == "already_linked" {
+            // A link the server committed whose answer was lost (a crash, a dropped
+            // connection): ask who this session is now, and adopt it when it is this email.
+            let user = try await authorized("GET", "/v1/auth/user")
+            guard user.status == 200, let now = try? user.decode(UserAnswer.self, "a user answer").user,
+                now.isAnonymous == false, let address = now.email, address.lowercased() == email.lowercased()
+            else { throw .server(answer.error) }
+            linked = address
+        } else if answer.status != 200 {
+            throw .server(answer.error)
+        }
         guard var updated = session else { throw .signedOut }
         updated.isAnonymous = false
-        updated.email = (try? answer.decode(UserAnswer.self, "a link answer"))?.user.email ?? email
+        updated.email = linked
         try adopt(updated)
         return updated
     }
 
-    /// `POST /v1/auth/signin` with this device's session as Bearer; returns the new
+    /// `POST /v1/auth/signin` with this device's session as Bearer (without one when the
+    /// session is over: a retry after a sign-in whose answer was lost); returns the new
     /// session and whether the server reset the device's data (`keep_cloud`).
     func signIn(email: String, password: String, resolve: SignInChoice?) async throws(FerryError)
         -> (session: StoredSession, reset: Bool)
@@ -289,8 +303,14 @@ actor Account {
             "email": .string(email), "password": .string(password), "device_id": .string(current.deviceID),
         ]
         if let resolve { body["resolve"] = .string(resolve.rawValue) }
-        let token = try await accessToken()
-        let answer = try await api.send("POST", "/v1/auth/signin", body: .object(body), token: token)
+        let token = try? await accessToken()
+        var answer = try await api.send("POST", "/v1/auth/signin", body: .object(body), token: token)
+        if token != nil && answer.status == 401 && answer.error.code != "invalid_credentials" {
+            // This device's session is over: most likely a sign-in the server committed
+            // (ending the anonymous session) whose answer was lost. Sign-in needs no
+            // Bearer: sent without one, it signs this device in.
+            answer = try await api.send("POST", "/v1/auth/signin", body: .object(body))
+        }
         guard answer.status == 200 else {
             let error = answer.error
             if error.code == "resolution_required" {

@@ -115,27 +115,39 @@ package final class LocalStore: Sendable {
         }
     }
 
-    /// Removes acknowledged mutations (`applied`, `duplicate`) and, for each `rejected`
-    /// one, puts its row back as the server has it with the key's other pending writes
-    /// replayed on top (``MergePlanner/revert(_:shadow:remaining:in:owner:)``). One transaction.
-    func settle(acknowledged: [Int64], rejected: [Int64]) throws {
+    /// Takes answered mutations out of the outbox and rebases their rows (Replicache's
+    /// rebase): a row's server version (its shadow) moves past each `applied` write and
+    /// stays for each `rejected` one, and a row with a rejection is put back to that
+    /// version with its still-pending writes replayed on top
+    /// (``MergePlanner/revert(_:shadow:remaining:in:owner:)``). A mutation already gone
+    /// from the outbox (another process on the file, or a pull, settled it and rebased
+    /// its row) is skipped. One transaction.
+    func settle(applied: [PendingMutation], rejected: [PendingMutation]) throws {
         try write { state in
             try state.keepMutationFloor()
-            var keys: Set<RowKey> = []
-            for id in acknowledged + rejected {
-                if let key = try state.removeMutation(id) { keys.insert(key) }
+            let refused = Set(rejected.map(\.id))
+            var removed: [RowKey: [PendingMutation]] = [:]
+            for mutation in (applied + rejected).sorted(by: { $0.id < $1.id }) {
+                if let key = try state.removeMutation(mutation.id) { removed[key, default: []].append(mutation) }
             }
-            if !rejected.isEmpty {
-                let remaining = Dictionary(grouping: try state.mutations(of: keys), by: \.rowKey)
-                for key in keys.sorted(by: { ($0.table, $0.key) < ($1.table, $1.key) }) {
-                    guard let schema = state.tables[key.table] else { continue }
-                    try state.make(
-                        MergePlanner.revert(
-                            key, shadow: try state.shadow(key), remaining: remaining[key] ?? [], in: schema,
-                            owner: userID))
+            let remaining = Dictionary(grouping: try state.mutations(of: Set(removed.keys)), by: \.rowKey)
+            for (key, mutations) in removed.sorted(by: { ($0.key.table, $0.key.key) < ($1.key.table, $1.key.key) }) {
+                guard let schema = state.tables[key.table] else { continue }
+                let left = remaining[key] ?? []
+                let anyRefused = mutations.contains { refused.contains($0.id) }
+                // Nothing refused and nothing left: the row already is its server version.
+                if !anyRefused && left.isEmpty {
+                    try state.dropShadow(key)
+                    continue
                 }
+                let shadow = MergePlanner.replay(
+                    mutations.filter { !refused.contains($0.id) }, onto: try state.shadow(key), in: schema,
+                    owner: userID)
+                if anyRefused {
+                    try state.make(MergePlanner.revert(key, shadow: shadow, remaining: left, in: schema, owner: userID))
+                }
+                if left.isEmpty { try state.dropShadow(key) } else { try state.setShadow(key, row: shadow) }
             }
-            for key in keys where try state.pendingCount(key) == 0 { try state.dropShadow(key) }
         }
     }
 
@@ -143,18 +155,22 @@ package final class LocalStore: Sendable {
 
     /// Merges one pull page, if the store's cursor is still `startedFrom` (else another
     /// process merged meanwhile, and the page is dropped: returns false). In one
-    /// transaction: mutations up to `last_mutation_id` leave the outbox (acknowledged, a
-    /// lost push answer included), the page's rows are written with the pending
-    /// mutations of the rows it touched replayed on top (``MergePlanner``), and the cursor moves.
+    /// transaction: mutations up to `last_mutation_id` whose rows the page brings leave
+    /// the outbox (the page's row is the server's truth for them, a lost push answer
+    /// included), the page's rows are written with the pending mutations of the rows it
+    /// touched replayed on top (``MergePlanner``), and the cursor moves. A mutation up to
+    /// `last_mutation_id` whose row the page does not bring stays queued: whether the
+    /// server applied or rejected it, only a push's answer (`duplicate` with its
+    /// `original`) tells, and settling it puts its row back (``hasPending(through:)``).
     package func merge(_ page: PullPage, startedFrom: String?, syncedAt: Date) throws -> Bool {
         try write { state in
             guard try state.meta("cursor") == startedFrom else { return false }
-            let acknowledged = try state.mutations(through: page.lastMutationID)
             // Only rows with pending writes need their mutations read: none, mostly.
-            var outbox = acknowledged
+            var acknowledged: [PendingMutation] = []
+            var outbox: [PendingMutation] = []
             let pending = try state.pendingKeys()
             if !pending.isEmpty {
-                var keys = Set(acknowledged.map(\.rowKey))
+                var keys: Set<RowKey> = []
                 for (table, changes) in page.changes {
                     guard let schema = state.tables[table] else { continue }
                     for row in changes.upserts + changes.deletes {
@@ -162,12 +178,12 @@ package final class LocalStore: Sendable {
                         if pending[key] != nil { keys.insert(key) }
                     }
                 }
-                outbox += try state.mutations(of: keys).filter { $0.id > page.lastMutationID }
+                outbox = try state.mutations(of: keys)
+                acknowledged = outbox.filter { $0.id <= page.lastMutationID }
             }
             let plan = try MergePlanner.plan(page, tables: state.tables, owner: userID, outbox: outbox)
             try state.keepMutationFloor()
-            try state.removeMutations(through: page.lastMutationID)
-            for mutation in acknowledged { state.notePending(mutation.rowKey, -1) }
+            for mutation in acknowledged { _ = try state.removeMutation(mutation.id) }
             for write in plan.rows { try state.make(write) }
             for write in plan.shadows { try state.make(write) }
             try state.setMeta("cursor", page.cursor)
@@ -177,6 +193,13 @@ package final class LocalStore: Sendable {
             }
             return true
         }
+    }
+
+    /// Whether the outbox holds a mutation with an id up to `id`: one the server has
+    /// answered (a pull's `last_mutation_id` covers it) whose answer the device has not
+    /// had yet; the next push learns it (`duplicate`).
+    func hasPending(through id: Int64) -> Bool {
+        (try? state.withLock { try !$0.mutations(through: id, limit: 1).isEmpty }) ?? false
     }
 
     /// Empties the synced tables and the cursor, keeping the outbox (`cursor_expired`:

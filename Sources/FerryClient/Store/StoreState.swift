@@ -297,11 +297,6 @@ final class StoreState: @unchecked Sendable {
         return rowKey
     }
 
-    /// Removes the mutations up to `id` (the caller counted them out with ``notePending(_:_:)``).
-    func removeMutations(through id: Int64) throws {
-        try connection.query("delete from _ferry_outbox where id <= ?1", [.integer(id)])
-    }
-
     // MARK: - Pending counts
 
     /// The rows with pending writes, and how many each has.

@@ -44,6 +44,8 @@ actor SyncEngine {
     private var stopped = false
     private var schemaChecked = false
     private var passesStarted = 0
+    /// The last pull left mutations it covers (`last_mutation_id`) in the outbox.
+    private var answersOwed = false
     private var waiters: [(after: Int, continuation: CheckedContinuation<PassResult, Never>)] = []
 
     init(
@@ -150,6 +152,11 @@ actor SyncEngine {
             // A pull after a failed push still runs: it is independent, and it may
             // acknowledge what the lost push answer did not.
             if pull { result.pull = await outcome(pushing: false) }
+            // The pull covered mutations still queued (their push answers were lost): the
+            // next push learns what became of them. Not after a failed push, which would
+            // fail again at once.
+            if answersOwed && result.push == nil { pushRequested = true }
+            answersOwed = false
             finish(pass: number, result)
         }
         // No await since the condition was checked: a request made meanwhile would have
@@ -269,23 +276,24 @@ actor SyncEngine {
         }
     }
 
+    /// Takes the answered mutations out of the outbox, each by its outcome: a duplicate
+    /// counts as what it first was (`original`), so a rejection whose answer was lost is
+    /// still undone and reported; a duplicate the server no longer remembers counts as applied.
     private func settle(_ batch: [PendingMutation], _ answer: PushAnswer, in store: LocalStore) throws(FerryError) {
-        var acknowledged: [Int64] = []
+        var applied: [PendingMutation] = []
         var rejected: [(PendingMutation, String, String)] = []
         var duplicates = 0
         let byID = Dictionary(batch.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         for result in answer.results {
             guard let mutation = byID[result.id] else { continue }
-            switch result.status {
-            case .applied: acknowledged.append(result.id)
-            case .duplicate:
-                // Applied before: a push retried after its answer was lost.
-                acknowledged.append(result.id)
-                duplicates += 1
-            case .rejected: rejected.append((mutation, result.code ?? "rejected", result.message ?? ""))
+            if result.wasRejected {
+                rejected.append((mutation, result.code ?? "rejected", result.message ?? ""))
+            } else {
+                if result.status == .duplicate { duplicates += 1 }
+                applied.append(mutation)
             }
         }
-        do { try store.settle(acknowledged: acknowledged, rejected: rejected.map(\.0.id)) } catch {
+        do { try store.settle(applied: applied, rejected: rejected.map(\.0)) } catch {
             throw .storage("cannot update the outbox: \(error)")
         }
         if duplicates > 0 {
@@ -298,7 +306,7 @@ actor SyncEngine {
     private func reject(_ mutation: PendingMutation, code: String, message: String, in store: LocalStore)
         throws(FerryError)
     {
-        do { try store.settle(acknowledged: [], rejected: [mutation.id]) } catch {
+        do { try store.settle(applied: [], rejected: [mutation]) } catch {
             throw .storage("cannot update the outbox: \(error)")
         }
         report(mutation, code: code, message: message)
@@ -375,6 +383,7 @@ actor SyncEngine {
                     $0.lastSyncedAt = store.lastSyncedAt ?? $0.lastSyncedAt
                 }
                 if !page.hasMore {
+                    answersOwed = store.hasPending(through: page.lastMutationID)
                     events.send(.pulled(tables: changed))
                     return
                 }

@@ -53,6 +53,37 @@ import Testing
         }
     }
 
+    /// A batch retried after its answer was lost: each duplicate carries what the
+    /// mutation first did (`original`), a rejection with its code, per device.
+    @Test func aRetriedBatchsDuplicatesCarryTheirOriginalOutcomes() async throws {
+        try await withAccountsGateway(examples: ["puzzle"]) { server in
+            let (phone, tablet) = try await server.twoDevices(email: "outcomes@example.com")
+            let record = { (id: Int, seconds: Int) -> [String: Any] in
+                [
+                    "id": id, "table": "game_records", "op": "insert",
+                    "row": [
+                        "id": "g-1", "puzzle_id": "p-1", "seconds": seconds, "finished_at": "2026-05-01T09:30:00Z",
+                    ],
+                ]
+            }
+            let batch = [record(1, 300), record(2, 301), ["id": 3, "table": "nowhere", "op": "upsert", "row": [:]]]
+            let first = try await server.pushBatch(phone, batch)
+            #expect(first.outcomes == ["applied", "rejected:immutable", "rejected:unknown_table"], "\(first.response)")
+            let retried = try await server.pushBatch(phone, batch)
+            let results = retried.response.value("results") as? [[String: Any]] ?? []
+            #expect(results.map { $0["status"] as? String } == ["duplicate", "duplicate", "duplicate"])
+            #expect(results.map { $0["original"] as? String } == ["applied", "rejected", "rejected"])
+            #expect(results.map { $0["code"] as? String } == [nil, "immutable", "unknown_table"])
+            #expect((results[1]["message"] as? String)?.isEmpty == false, "\(retried.response)")
+            // Another device's mutation 2 is its own: applied there, whatever the phone's was.
+            let other = try await server.pushBatch(tablet, [record(2, 300)])
+            #expect(other.outcomes == ["duplicate"], "the same row again: \(other.response)")
+            let otherAgain = try await server.pushBatch(tablet, [record(2, 300)])
+            #expect(
+                (otherAgain.response.value("results") as? [[String: Any]])?.first?["original"] as? String == "applied")
+        }
+    }
+
     @Test func twoDevicesOfOneUserInterleavePushesWithTheirOwnMutationIDs() async throws {
         try await withAccountsGateway(examples: ["puzzle"]) { server in
             let (phone, tablet) = try await server.twoDevices(email: "twice@example.com")

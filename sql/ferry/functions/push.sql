@@ -83,7 +83,9 @@ $$;
 -- p_unstorable maps a mutation's position to the {"code", "message"} it is rejected
 -- with (what ferry.push_body could not read as jsonb). Returns {"last_mutation_id": N,
 -- "results": [{"id", "status": "applied" | "duplicate" | "rejected", "code"?,
--- "message"?}, ...]}, one result per mutation in order.
+-- "message"?}, ...]}, one result per mutation in order. A mutation whose id is not above
+-- the device's last_mutation_id is a duplicate carrying its original outcome
+-- (outcomes.sql); the batch's rejections are remembered for that, in its transaction.
 --
 -- A batch that is not an array of objects with non-negative integer ids raises 22023
 -- (400 invalid_request); anything wrong inside one mutation rejects that mutation only:
@@ -135,6 +137,10 @@ declare
     v_wrote boolean;
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
     v_cued text[] := '{}'::text[];
+    v_rejected_ids bigint[] := '{}'::bigint[];
+    v_rejected_codes text[] := '{}'::text[];
+    v_rejected_messages text[] := '{}'::text[];
+    v_earlier integer;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -195,7 +201,13 @@ begin
     for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
         v_id := (v_m ->> 'id')::bigint;
         if v_id <= v_last then
-            v_results := v_results || pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate');
+            -- Its original outcome (ferry.duplicate_result, outcomes.sql), or this batch's
+            -- when the batch named it before.
+            v_earlier := pg_catalog.array_position(v_rejected_ids, v_id);
+            v_results := v_results || case when v_earlier is not null then pg_catalog.jsonb_build_object(
+                    'id', v_id, 'status', 'duplicate', 'original', 'rejected', 'code', v_rejected_codes[v_earlier],
+                    'message', v_rejected_messages[v_earlier])
+                else ferry.duplicate_result(v_id) end;
             continue;
         end if;
         v_last := v_id;
@@ -315,8 +327,13 @@ begin
                     exit mutation;
                 end if;
                 v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
-                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
-                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                -- A tombstone revived starts from the given columns: the others take their
+                -- defaults (what excluded holds for a column the insert does not name).
+                v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                        then pg_catalog.format('%1$I = excluded.%1$I', k)
+                        else pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end', k) end,
+                        ', ')
+                    from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
                 execute pg_catalog.format(
                     'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
                         ' on conflict (%s) do update set %s_deleted = false',
@@ -372,7 +389,13 @@ begin
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- An overwrite, or a revived tombstone: a merge write of the given columns.
+                -- An overwrite, a merge write of the given columns; or a revived tombstone,
+                -- which starts from the given columns (the others take their defaults).
+                if v_deleted then
+                    v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                            then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
+                        from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
+                end if;
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
@@ -403,6 +426,11 @@ begin
             when v_code = 'duplicate' then pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate')
             else pg_catalog.jsonb_build_object('id', v_id, 'status', 'rejected', 'code', v_code, 'message', v_message)
         end;
+        if v_code is not null and v_code <> 'duplicate' then
+            v_rejected_ids := v_rejected_ids || v_id;
+            v_rejected_codes := v_rejected_codes || v_code;
+            v_rejected_messages := v_rejected_messages || v_message;
+        end if;
     end loop;
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
@@ -411,6 +439,9 @@ begin
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);
+    if pg_catalog.cardinality(v_rejected_ids) > 0 then
+        perform ferry.remember_rejections(v_rejected_ids, v_rejected_codes, v_rejected_messages);
+    end if;
     return pg_catalog.jsonb_build_object('last_mutation_id', v_last, 'results', pg_catalog.to_jsonb(v_results));
 end
 $$;

@@ -563,7 +563,8 @@ comment on function ferry.upsert_shape(regclass) is
 -- catalog in this batch both match what the branch was written for. A static statement
 -- names every column a client may write, where a mutation gives some: the upsert
 -- inserts a column's default for one the row does not give (evaluated only then), and
--- on conflict keeps its stored value, so it still merges the given columns. It returns
+-- on conflict keeps its stored value, so it still merges the given columns (a tombstone
+-- revived takes the defaults too: it starts from the given columns). It returns
 -- true once it wrote; otherwise false, and push builds the statement for the given
 -- columns: a changed table costs speed until it is registered again, never
 -- correctness. One difference with the built statement: an operator's column trigger
@@ -599,7 +600,7 @@ begin
                     pg_catalog.string_agg(pg_catalog.format('case when p_row ? %L then p.%I else %s end',
                         a.attname, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
                         E',\n                    ' order by a.attnum) as values_list,
-                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L then excluded.%1$I else t.%1$I end',
+                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets

@@ -11,7 +11,8 @@
 -- reviving is left for the next run. No index on updated_at is made: each call scans
 -- each table for old tombstones. Each call also trims at most p_batch WatermelonDB
 -- timestamps as old, each device keeping its newest (ferry.trim_watermelon_cursors,
--- watermelon.sql); they are not counted in the answer.
+-- watermelon.sql) and at most p_batch remembered rejections as old
+-- (ferry.trim_rejected_mutations, outcomes.sql); they are not counted in the answer.
 create or replace function ferry.purge_tombstones(p_older_than interval, p_batch integer) returns bigint
 language plpgsql security definer set search_path = ''
 as $$
@@ -53,6 +54,7 @@ begin
         exit when v_left <= 0;
     end loop;
     perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
+    perform ferry.trim_rejected_mutations(p_older_than, p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),

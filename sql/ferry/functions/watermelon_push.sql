@@ -181,6 +181,13 @@ begin
             join pg_catalog.pg_type ty on ty.oid = a.atttypid
             join pg_catalog.pg_namespace tn on tn.oid = ty.typnamespace
             where c.name = any (v_group.given);
+        -- A tombstone revived starts from the given columns: the others take their
+        -- defaults (what excluded holds for a column the insert does not name).
+        v_sets := coalesce(v_sets, '') || coalesce((
+            select pg_catalog.string_agg(pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end, ',
+                c ->> 'name'), '' order by c ->> 'name')
+            from pg_catalog.jsonb_array_elements(v_writable) c
+            where not (c ->> 'name') = any (v_group.given)), '');
         v_sql := pg_catalog.format(
             'with w as (insert into %s as t (%sid%s) select %se.r ->> ''id''%s from pg_catalog.jsonb_array_elements($1) e(r)'
                 ' on conflict (%s) do %s returning t.id) select pg_catalog.array_agg(w.id) from w',
