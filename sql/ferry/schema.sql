@@ -454,11 +454,15 @@ $_$;
 --
 
 CREATE FUNCTION ferry.history_here() RETURNS jsonb
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    select pg_catalog.jsonb_build_object('epoch', h.epoch, 'timeline', ferry.current_timeline(),
-        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text)
-    from ferry.history h
+declare
+    v_epoch bigint;
+begin
+    select h.epoch into v_epoch from ferry.history h;
+    return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
+        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text);
+end
 $$;
 
 

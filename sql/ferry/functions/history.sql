@@ -24,13 +24,18 @@ as $$
 $$;
 
 -- Where a cursor made now is made: {"epoch", "timeline", "lsn"}, merged into the cursor.
--- The position is read after the statement's snapshot was taken.
+-- The position is read after the statement's snapshot was taken. PL/pgSQL, not SQL: a
+-- SQL function that reads a table is planned again on every call, and every pull calls it.
 create or replace function ferry.history_here() returns jsonb
-language sql stable
+language plpgsql stable
 as $$
-    select pg_catalog.jsonb_build_object('epoch', h.epoch, 'timeline', ferry.current_timeline(),
-        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text)
-    from ferry.history h
+declare
+    v_epoch bigint;
+begin
+    select h.epoch into v_epoch from ferry.history h;
+    return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
+        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text);
+end
 $$;
 
 -- Whether a cursor made at p_made ({"epoch", "timeline", "lsn"} as history_here gave, or
