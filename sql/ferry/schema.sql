@@ -461,7 +461,8 @@ declare
 begin
     select h.epoch into v_epoch from ferry.history h;
     return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
-        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text);
+        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
+        'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
 end
 $$;
 
@@ -477,18 +478,25 @@ declare
     v_epoch bigint;
     v_timeline integer;
     v_lsn pg_lsn;
+    v_started text;
 begin
-    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' then
+    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' or p_made ? 'started' then
         v_epoch := (p_made ->> 'epoch')::bigint;
         v_timeline := (p_made ->> 'timeline')::integer;
         v_lsn := (p_made ->> 'lsn')::pg_lsn;
-        if v_epoch is null or v_timeline is null or v_lsn is null then
+        v_started := p_made ->> 'started';
+        if v_epoch is null or v_timeline is null or v_lsn is null or v_started is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
         end if;
     else
         select 1, h.began_on_timeline, h.began_at_lsn into v_epoch, v_timeline, v_lsn from ferry.history h;
     end if;
     if v_epoch <> (p_here ->> 'epoch')::bigint or v_lsn > (p_here ->> 'lsn')::pg_lsn then
+        return true;
+    end if;
+    -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
+    -- (null after a clean shutdown): past that end, it saw commits this history lost.
+    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
         return true;
     end if;
     if v_timeline = (p_here ->> 'timeline')::integer then

@@ -206,6 +206,49 @@ import Testing
         }
     }
 
+    // MARK: - A crash that lost commits
+
+    @Test func aCrashThatLostAcknowledgedCommitsExpiresTheCursorsThatSawThem() async throws {
+        try await AccountsDatabase.with { database in
+            let binaries = (try await database.database.serverProgram("initdb") as NSString).deletingLastPathComponent
+            // The gateway's commits are not flushed for 10 s: a crash loses them.
+            let cluster = try ScratchCluster.create(binaries: binaries, settings: "wal_writer_delay = 10s")
+            defer { cluster.remove() }
+            try cluster.start()
+            try await migrate(cluster)
+            let admin = try await cluster.connect(database: "ferry")
+            _ = try await admin.query("alter role ferry_gateway set synchronous_commit = off")
+            let url = cluster.url(database: "ferry", user: "ferry_gateway")
+            let (alice, kept, lost) = try await withServingGateway(url, database: database) { gateway in
+                let alice = try await gateway.signUpAnonymous()
+                try await gateway.push(alice, upsert(1...2, from: 1))
+                let kept = try #require(try await gateway.pull(alice).cursor)
+                // A synchronous commit flushes all WAL before it: the sign-up and rows 1-2 stay.
+                _ = try await admin.query("create table flushed ()")
+                try await gateway.push(alice, upsert(3...3, from: 3))
+                let lost = try #require(try await gateway.pull(alice, cursor: kept).cursor)
+                return (alice, kept, lost)
+            }
+            await admin.close()
+            try cluster.stop(mode: "immediate")
+            try cluster.start()
+            // WAL past where the lost cursor was made: only the start it predates expires it.
+            let padding = try await cluster.connect(database: "ferry")
+            _ = try await padding.query("create table padding as select generate_series(1, 20000) n")
+            await padding.close()
+
+            try await withServingGateway(url, database: database) { gateway in
+                // Row 3 was acknowledged and lost; the cursor that saw it expires.
+                #expect(ids(try await gateway.pull(alice)) == ["i-1", "i-2"], "the crash should lose row 3")
+                try await gateway.push(alice, upsert(4...4, from: 3))
+                let late = try await gateway.pull(alice, cursor: lost)
+                #expect(late.status == 409 && late.response.code == "cursor_expired", "\(late.response)")
+                // The one from before brings row 4, though its transaction id may be row 3's.
+                #expect(ids(try await gateway.pull(alice, cursor: kept)) == ["i-4"])
+            }
+        }
+    }
+
     // MARK: - A point-in-time recovery
 
     @Test func aPointInTimeRecoveryExpiresOnlyCursorsMadeAfterItsTarget() async throws {

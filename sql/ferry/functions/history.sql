@@ -1,9 +1,12 @@
 -- The history a cursor is made in (0009_history.sql; docs/ARCHITECTURE.md "A cursor
 -- names its history"). Every /v1/pull cursor carries where it was made: Ferry's epoch,
--- the timeline and the WAL insert position read after its snapshot was taken (so every
--- commit it sees ends at or before that position). A cursor is honoured when it was
--- made in this epoch and on this timeline, or on an ancestor of this timeline before
--- the point where this timeline left it; anything else is FR409 (409 cursor_expired).
+-- the timeline, the WAL insert position read after its snapshot was taken (so every
+-- commit it sees ends at or before that position) and when the server started. A cursor
+-- is honoured when it was made in this epoch and on this timeline, or on an ancestor of
+-- this timeline before the point where this timeline left it, and, if made before this
+-- server started, at or before the end of the WAL its start replayed (a crash recovery
+-- that lost commits: synchronous_commit off, or a transaction that wrote no WAL, whose
+-- xid is handed out again); anything else is FR409 (409 cursor_expired).
 --
 --   a logical restore   another cluster or database: ferry.note_history says so, ferry
 --                       serve refuses to serve until ferry.finish_restore (ferry
@@ -23,7 +26,8 @@ as $$
     select ('x' || pg_catalog.left(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 8))::bit(32)::integer
 $$;
 
--- Where a cursor made now is made: {"epoch", "timeline", "lsn"}, merged into the cursor.
+-- Where a cursor made now is made: {"epoch", "timeline", "lsn", "started"}, merged into
+-- the cursor.
 -- The position is read after the statement's snapshot was taken. PL/pgSQL, not SQL: a
 -- SQL function that reads a table is planned again on every call, and every pull calls it.
 create or replace function ferry.history_here() returns jsonb
@@ -34,11 +38,12 @@ declare
 begin
     select h.epoch into v_epoch from ferry.history h;
     return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
-        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text);
+        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
+        'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
 end
 $$;
 
--- Whether a cursor made at p_made ({"epoch", "timeline", "lsn"} as history_here gave, or
+-- Whether a cursor made at p_made ({"epoch", "timeline", "lsn", "started"} as history_here gave, or
 -- none of them: a cursor from before migration 0009, made at most where the first epoch
 -- began) comes from another history than p_here. A position past p_here's is from a
 -- history this one lost (a crash that lost commits). Half a history raises 22023.
@@ -49,18 +54,25 @@ declare
     v_epoch bigint;
     v_timeline integer;
     v_lsn pg_lsn;
+    v_started text;
 begin
-    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' then
+    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' or p_made ? 'started' then
         v_epoch := (p_made ->> 'epoch')::bigint;
         v_timeline := (p_made ->> 'timeline')::integer;
         v_lsn := (p_made ->> 'lsn')::pg_lsn;
-        if v_epoch is null or v_timeline is null or v_lsn is null then
+        v_started := p_made ->> 'started';
+        if v_epoch is null or v_timeline is null or v_lsn is null or v_started is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
         end if;
     else
         select 1, h.began_on_timeline, h.began_at_lsn into v_epoch, v_timeline, v_lsn from ferry.history h;
     end if;
     if v_epoch <> (p_here ->> 'epoch')::bigint or v_lsn > (p_here ->> 'lsn')::pg_lsn then
+        return true;
+    end if;
+    -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
+    -- (null after a clean shutdown): past that end, it saw commits this history lost.
+    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
         return true;
     end if;
     if v_timeline = (p_here ->> 'timeline')::integer then
