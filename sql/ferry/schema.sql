@@ -480,6 +480,13 @@ declare
     v_lsn pg_lsn;
     v_started text;
 begin
+    -- The usual case, as one expression: this epoch, timeline and start, not ahead.
+    if p_made -> 'epoch' = p_here -> 'epoch' and p_made -> 'timeline' = p_here -> 'timeline'
+        and p_made -> 'started' = p_here -> 'started'
+        and (p_made ->> 'lsn')::pg_lsn <= (p_here ->> 'lsn')::pg_lsn
+    then
+        return false;
+    end if;
     if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' or p_made ? 'started' then
         v_epoch := (p_made ->> 'epoch')::bigint;
         v_timeline := (p_made ->> 'timeline')::integer;
