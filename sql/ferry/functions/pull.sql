@@ -24,7 +24,7 @@
 -- Order within an answer: tables by name, then _stamp, then primary key; at most
 -- p_limit rows (upserts and deletes together).
 --
--- Every cursor also carries the history it was made in, "epoch", "timeline" and "lsn"
+-- Every cursor also carries the history it was made in, "epoch", "timeline", "lsn", "started"
 -- (history.sql): one made in another history (a logical restore, a PITR, a failover that
 -- lost commits) raises FR409, as does one older than the purge horizon; the gateway
 -- answers both 409 cursor_expired (docs/ARCHITECTURE.md, "The purge horizon" and "A
