@@ -225,14 +225,17 @@ struct DevDatabase {
         guard result.status == 0 else {
             throw DevDatabaseError("initdb failed: \(result.output.trimmed)")
         }
-        // A throwaway cluster: durability traded for speed (tests create many databases).
+        // A throwaway cluster: durability traded for speed (tests create many databases),
+        // but never a commit a crash of PostgreSQL alone could lose (synchronous_commit
+        // on: with fsync off it costs a write(2), and a lost commit's xid is handed out
+        // again, which a cursor cannot tell apart).
         let settings = """
 
             # Added by `ferry db start`: a development cluster. Reset it with `ferry db reset`.
             listen_addresses = '127.0.0.1'
             max_connections = 500
             fsync = off
-            synchronous_commit = off
+            synchronous_commit = on
             full_page_writes = off
 
             """
@@ -248,9 +251,12 @@ struct DevDatabase {
         let socket = socketDirectory
         try makeServerDirectory(socket)
         let logStart = (try? FileManager.default.attributesOfItem(atPath: logFile.path)[.size] as? Int) ?? 0
-        // pg_ctl hands these to a shell: quote the path. max_connections again, for a
-        // cluster made before postgresql.conf asked for it (parallel tests open many).
-        let options = "-p \(port) -k \"\(socket.path)\" -c listen_addresses=127.0.0.1 -c max_connections=500"
+        // pg_ctl hands these to a shell: quote the path. max_connections and
+        // synchronous_commit again, for a cluster made before postgresql.conf asked for
+        // them (parallel tests open many connections; a crash must lose no commit).
+        let options =
+            "-p \(port) -k \"\(socket.path)\" -c listen_addresses=127.0.0.1 -c max_connections=500"
+            + " -c synchronous_commit=on"
         let result = try run(
             binaries.pgCtl,
             ["start", "-D", dataDirectory.path, "-l", logFile.path, "-w", "-t", "120", "-o", options],

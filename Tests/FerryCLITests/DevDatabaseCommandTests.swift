@@ -78,6 +78,40 @@ import Testing
         }
     }
 
+    /// With synchronous_commit off, an immediate stop loses the last commits and hands
+    /// their transaction ids out again, which no cursor can tell apart (OPERATIONS.md,
+    /// "Backups and restores"); the dev cluster keeps it on though fsync is off.
+    @Test func aCrashOfPostgreSQLAloneLosesNoAcknowledgedCommit() async throws {
+        try await ThrowawayDevState.with { dev in
+            let started = try await dev.db("start")
+            #expect(started.status == 0, "\(started.output)\(started.errors)")
+            #expect(try await dev.query("show synchronous_commit") == ["on"])
+            _ = try await dev.query("create table acknowledged (n int)")
+            for n in 1...39 { _ = try await dev.query("insert into acknowledged values (\(n))") }
+            let last = "insert into acknowledged values (40) returning pg_current_xact_id()::text"
+            let before = try #require(Int(try await dev.query(last)[0] ?? ""))
+
+            // What the OOM killer or `pg_ctl stop -m immediate` does: no shutdown checkpoint.
+            let cluster = dev.stateDirectory.appendingPathComponent("cluster/data").resolvingSymlinksInPath().path
+            let major = try String(contentsOfFile: cluster + "/PG_VERSION", encoding: .utf8)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let pgCtl = "/usr/lib/postgresql/\(major)/bin/pg_ctl"
+            let stop = ["stop", "-D", cluster, "-m", "immediate", "-w"]
+            let (status, output) =
+                getuid() == 0
+                ? try ChildProcess.run("/usr/sbin/runuser", ["-u", "postgres", "--", pgCtl] + stop, timeout: 60)
+                : try ChildProcess.run(pgCtl, stop, timeout: 60)
+            try #require(status == 0, "\(output)")
+
+            let again = try await dev.db("start")
+            #expect(again.status == 0, "\(again.output)\(again.errors)")
+            #expect(try await dev.query("select count(*)::text from acknowledged") == ["40"])
+            let next = "insert into acknowledged values (41) returning pg_current_xact_id()::text"
+            let after = try #require(Int(try await dev.query(next)[0] ?? ""))
+            #expect(after > before, "a transaction id handed out again: \(after) after \(before)")
+        }
+    }
+
     @Test func anUnknownActionOrNoneIsABadSetting() async throws {
         try await ThrowawayDevState.with { dev in
             let unknown = try await dev.db("restart")

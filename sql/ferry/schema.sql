@@ -282,6 +282,17 @@ $$;
 
 
 --
+-- Name: current_timeline(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.current_timeline() RETURNS integer
+    LANGUAGE sql PARALLEL SAFE
+    AS $$
+    select ('x' || pg_catalog.left(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 8))::bit(32)::integer
+$$;
+
+
+--
 -- Name: delete_account(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -381,6 +392,52 @@ $$;
 
 
 --
+-- Name: finish_restore(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.finish_restore() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $_$
+declare
+    v_table regclass;
+    v_rows bigint;
+    v_total bigint := 0;
+    v_floor xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+begin
+    perform from ferry.history for update;
+    for v_table in select s.table_name from ferry.synced_tables s order by s.table_name::text loop
+        execute pg_catalog.format('alter table %s disable trigger ferry_stamp, disable trigger ferry_cue_update', v_table);
+        execute pg_catalog.format('update %s t set _stamp = pg_catalog.pg_current_xact_id() where t._stamp >= $1', v_table)
+            using v_floor;
+        get diagnostics v_rows = row_count;
+        v_total := v_total + v_rows;
+        execute pg_catalog.format('alter table %s enable trigger ferry_stamp, enable trigger ferry_cue_update', v_table);
+    end loop;
+    delete from ferry.watermelon_cursors;
+    update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
+    delete from ferry.timeline_ancestry;
+    update ferry.history h set
+        epoch = h.epoch + 1,
+        system_identifier = (select s.system_identifier from pg_catalog.pg_control_system() s),
+        database_oid = (select d.oid from pg_catalog.pg_database d where d.datname = pg_catalog.current_database()),
+        timeline = ferry.current_timeline(),
+        began_at_lsn = pg_catalog.pg_current_wal_insert_lsn(),
+        began_on_timeline = ferry.current_timeline(),
+        began_at = pg_catalog.now();
+    return v_total;
+end
+$_$;
+
+
+--
+-- Name: FUNCTION finish_restore(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.finish_restore() IS 'After a logical restore: restamps the synced rows, drops the old history''s WatermelonDB timestamps and purge horizon, and begins a new epoch (ferry restore-finish).';
+
+
+--
 -- Name: heartbeat_lock(text, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -418,6 +475,75 @@ begin
     return ferry.lock_answer(v_device, v_now);
 end
 $_$;
+
+
+--
+-- Name: history_here(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.history_here() RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+    v_epoch bigint;
+begin
+    select h.epoch into v_epoch from ferry.history h;
+    return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
+        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
+        'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
+end
+$$;
+
+
+--
+-- Name: history_left(jsonb, jsonb); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+    v_epoch bigint;
+    v_timeline integer;
+    v_lsn pg_lsn;
+    v_started text;
+begin
+    -- The usual case, as one expression: this epoch, timeline and start, not ahead.
+    if p_made -> 'epoch' = p_here -> 'epoch' and p_made -> 'timeline' = p_here -> 'timeline'
+        and p_made -> 'started' = p_here -> 'started'
+        and (p_made ->> 'lsn')::pg_lsn <= (p_here ->> 'lsn')::pg_lsn
+    then
+        return false;
+    end if;
+    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' or p_made ? 'started' then
+        v_epoch := (p_made ->> 'epoch')::bigint;
+        v_timeline := (p_made ->> 'timeline')::integer;
+        v_lsn := (p_made ->> 'lsn')::pg_lsn;
+        v_started := p_made ->> 'started';
+        if v_epoch is null or v_timeline is null or v_lsn is null or v_started is null then
+            raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
+    else
+        select 1, h.began_on_timeline, h.began_at_lsn into v_epoch, v_timeline, v_lsn from ferry.history h;
+    end if;
+    if v_epoch <> (p_here ->> 'epoch')::bigint or v_lsn > (p_here ->> 'lsn')::pg_lsn then
+        return true;
+    end if;
+    -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
+    -- (null after a clean shutdown): past that end, it saw commits this history lost.
+    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
+        return true;
+    end if;
+    if v_timeline = (p_here ->> 'timeline')::integer then
+        return false;
+    end if;
+    -- Another timeline: kept only if it is an ancestor of the one noted, which is this
+    -- one, and was left after the cursor was made.
+    return not exists (
+        select from ferry.history h join ferry.timeline_ancestry a on a.timeline = v_timeline
+        where h.timeline = (p_here ->> 'timeline')::integer and a.ended_at >= v_lsn);
+end
+$$;
 
 
 --
@@ -1025,6 +1151,57 @@ $_$;
 
 
 --
+-- Name: note_history(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.note_history() RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_history ferry.history;
+    v_timeline integer := ferry.current_timeline();
+    v_file text;
+begin
+    select * into v_history from ferry.history h;
+    if v_history.system_identifier <> (select s.system_identifier from pg_catalog.pg_control_system() s)
+        or v_history.database_oid <> (select d.oid from pg_catalog.pg_database d where d.datname = pg_catalog.current_database())
+    then
+        return 'restored';
+    end if;
+    if v_history.timeline = v_timeline then
+        return 'current';
+    end if;
+    select * into v_history from ferry.history h for update;
+    if v_history.timeline = v_timeline then
+        return 'current';
+    end if;
+    begin
+        v_file := pg_catalog.pg_read_file(pg_catalog.format('pg_wal/%s.history',
+            pg_catalog.lpad(pg_catalog.upper(pg_catalog.to_hex(v_timeline)), 8, '0')));
+    exception when insufficient_privilege or undefined_file then
+        raise warning 'ferry: cannot read the history file of timeline %: every cursor made on an earlier timeline expires', v_timeline
+            using hint = 'let the role that ran ferry migrate read it (grant pg_read_server_files)';
+    end;
+    delete from ferry.timeline_ancestry;
+    -- Lines "parent-timeline <tab> switch-point <tab> reason"; comments and blank lines skipped.
+    insert into ferry.timeline_ancestry (timeline, ended_at)
+        select m[1]::integer, m[2]::pg_lsn
+        from pg_catalog.regexp_matches(coalesce(v_file, ''), '^\s*(\d+)\s+([0-9A-Fa-f]+/[0-9A-Fa-f]+)', 'gn') m;
+    update ferry.history set timeline = v_timeline;
+    return 'current';
+end
+$$;
+
+
+--
+-- Name: FUNCTION note_history(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.note_history() IS 'Notes the database''s history before serving: ''restored'' after a logical restore (run ferry restore-finish), else ''current'', recording a new timeline''s ancestry.';
+
+
+--
 -- Name: open_session(uuid, text, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -1094,6 +1271,7 @@ declare
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
+    v_here jsonb := ferry.history_here();
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -1118,6 +1296,10 @@ begin
             end if;
         elsif v_since is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
+        if ferry.history_left(v_cursor, v_here) then
+            raise exception 'pull: the cursor was made in another history of the database (a restore, a point-in-time recovery or a failover that lost commits)'
+                using errcode = 'FR409', hint = 'pull without a cursor';
         end if;
         -- The purge horizon (header of this file): a tombstone this cursor has not seen
         -- may be gone. Checked in this statement's snapshot, the one the rows are read in.
@@ -1169,8 +1351,8 @@ begin
         'changes', v_changes,
         'cursor', case
             when v_has_more then (pg_catalog.jsonb_build_object(
-                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position)::text
-            else pg_catalog.jsonb_build_object('since', v_until::text)::text
+                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position || v_here)::text
+            else (pg_catalog.jsonb_build_object('since', v_until::text) || v_here)::text
         end,
         'has_more', v_has_more,
         'last_mutation_id', v_last);
@@ -2147,7 +2329,7 @@ $$;
 
 CREATE FUNCTION ferry.schema_version() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ select 2 $$;
+    AS $$ select 3 $$;
 
 
 --
@@ -3394,6 +3576,30 @@ ALTER TABLE ONLY ferry.devices FORCE ROW LEVEL SECURITY;
 
 
 --
+-- Name: history; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.history (
+    one boolean DEFAULT true NOT NULL,
+    epoch bigint DEFAULT 1 NOT NULL,
+    system_identifier bigint NOT NULL,
+    database_oid oid NOT NULL,
+    timeline integer NOT NULL,
+    began_at_lsn pg_lsn NOT NULL,
+    began_on_timeline integer NOT NULL,
+    began_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT history_one_check CHECK (one)
+);
+
+
+--
+-- Name: TABLE history; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.history IS 'One row: the epoch, cluster, database and timeline a cursor must name to be honoured (docs/ARCHITECTURE.md, "A cursor names its history").';
+
+
+--
 -- Name: purge_horizon; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3508,6 +3714,23 @@ CREATE TABLE ferry.synced_tables (
 
 
 --
+-- Name: timeline_ancestry; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.timeline_ancestry (
+    timeline integer NOT NULL,
+    ended_at pg_lsn NOT NULL
+);
+
+
+--
+-- Name: TABLE timeline_ancestry; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.timeline_ancestry IS 'The noted timeline''s ancestors and where each was left, from its timeline history file.';
+
+
+--
 -- Name: users; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3559,6 +3782,14 @@ COMMENT ON TABLE ferry.watermelon_cursors IS 'The snapshot each WatermelonDB tim
 
 ALTER TABLE ONLY ferry.devices
     ADD CONSTRAINT devices_pkey PRIMARY KEY (user_id, device_id);
+
+
+--
+-- Name: history history_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.history
+    ADD CONSTRAINT history_pkey PRIMARY KEY (one);
 
 
 --
@@ -3615,6 +3846,14 @@ ALTER TABLE ONLY ferry.sessions
 
 ALTER TABLE ONLY ferry.synced_tables
     ADD CONSTRAINT synced_tables_pkey PRIMARY KEY (table_name);
+
+
+--
+-- Name: timeline_ancestry timeline_ancestry_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.timeline_ancestry
+    ADD CONSTRAINT timeline_ancestry_pkey PRIMARY KEY (timeline);
 
 
 --
@@ -3822,6 +4061,14 @@ GRANT ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text) TO
 
 
 --
+-- Name: FUNCTION current_timeline(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.current_timeline() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.current_timeline() TO ferry_client;
+
+
+--
 -- Name: FUNCTION delete_account(); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3853,11 +4100,34 @@ GRANT ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT
 
 
 --
+-- Name: FUNCTION finish_restore(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.finish_restore() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION heartbeat_lock(p_table text, p_key text); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.heartbeat_lock(p_table text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.heartbeat_lock(p_table text, p_key text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION history_here(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.history_here() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.history_here() TO ferry_client;
+
+
+--
+-- Name: FUNCTION history_left(p_made jsonb, p_here jsonb); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) TO ferry_client;
 
 
 --
@@ -3946,6 +4216,14 @@ REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owne
 --
 
 REVOKE ALL ON FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION note_history(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.note_history() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.note_history() TO ferry_gateway;
 
 
 --
@@ -4289,6 +4567,13 @@ GRANT SELECT ON TABLE ferry.devices TO ferry_client;
 
 
 --
+-- Name: TABLE history; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT SELECT ON TABLE ferry.history TO ferry_client;
+
+
+--
 -- Name: TABLE purge_horizon; Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4307,3 +4592,10 @@ GRANT SELECT ON TABLE ferry.schema_migrations TO ferry_gateway;
 --
 
 GRANT SELECT ON TABLE ferry.synced_tables TO ferry_client;
+
+
+--
+-- Name: TABLE timeline_ancestry; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT SELECT ON TABLE ferry.timeline_ancestry TO ferry_client;

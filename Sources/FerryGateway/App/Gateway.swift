@@ -146,7 +146,14 @@ public final class Gateway: Sendable {
                 status.isConnected = connected
                 logger.log(connected ? .info : .warning, connected ? "listener connected" : "listener disconnected")
                 // Revocations announced while nobody listened would be lost: reload them.
-                if connected { accounts.reloadRevocations(on: context.value.pool) }
+                // A new connection may be to a promoted replica: note its timeline before
+                // the first pull there would have to expire cursors from the one before.
+                if connected {
+                    accounts.reloadRevocations(on: context.value.pool)
+                    SchemaCheck.run(on: context.value.pool) { check in
+                        if check != .ready { logger.log(.warning, "not ready", ["reason": check.advice]) }
+                    }
+                }
             }
             connection.onGap = {
                 status.reconnected()

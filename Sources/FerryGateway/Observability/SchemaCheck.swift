@@ -1,8 +1,10 @@
 import FerryPostgres
 
-/// Whether the gateway's database can serve this binary: it answers, and its
-/// `ferry.schema_version()` is at least ``Ferry/requiredSchemaVersion``. `ferry serve`
-/// asks before it serves, and `/readyz` on every probe.
+/// Whether the gateway's database can serve this binary: it answers, its
+/// `ferry.schema_version()` is at least ``Ferry/requiredSchemaVersion``, and its
+/// history is not a logical restore left unfinished (`ferry.note_history()`, which
+/// also notes a new timeline). `ferry serve` asks before it serves, `/readyz` on every
+/// probe, and the gateway whenever its listener connects (after a failover, say).
 ///
 /// At least, not equal: while a rolling deploy migrates the database to a newer version,
 /// the older gateways still serve. `ferry migrate` grants the function to `ferry_gateway`
@@ -20,12 +22,33 @@ enum SchemaCheck: Equatable, Sendable {
     case behind(Int)
     /// The role may not call `ferry.schema_version()`.
     case versionNotPermitted
+    /// A logical restore (another cluster or database than the one Ferry's history names)
+    /// that `ferry restore-finish` has not finished: cursors could miss rows.
+    case restored
     /// Any other failure, described for the log.
     case failed(String)
 
     /// Asks `pool` and calls `completion` on its loop with the answer.
     static func run(on pool: PostgresPool, _ completion: @escaping (SchemaCheck) -> Void) {
-        pool.run(SchemaVersion()) { completion(SchemaCheck($0)) }
+        pool.run(SchemaVersion()) { result in
+            let check = SchemaCheck(result)
+            guard check == .ready else { return completion(check) }
+            pool.run(NoteHistory()) { completion(SchemaCheck(history: $0)) }
+        }
+    }
+
+    /// Classifies `ferry.note_history()`'s outcome.
+    init(history result: Result<NoteHistory.Answer, QueryFailure>) {
+        switch result {
+        case .success(let answer): self = answer.history == "restored" ? .restored : .ready
+        case .failure(.shape): self = .failed("ferry.note_history() answered no text")
+        case .failure(.database(let error)):
+            switch error.kind {
+            case .connectionFailed, .connectionLost, .timeout, .poolExhausted:
+                self = .unreachable(error.message.split(whereSeparator: \.isNewline).joined(separator: " "))
+            default: self = .failed("ferry.note_history() failed: \(error.description)")
+            }
+        }
     }
 
     /// Classifies the query's outcome.
@@ -52,6 +75,7 @@ enum SchemaCheck: Equatable, Sendable {
         case .ready: "ready"
         case .unreachable, .failed: "database is not reachable"
         case .notMigrated, .behind, .versionNotPermitted: "database schema is not at this gateway's version"
+        case .restored: "database restore is not finished"
         }
     }
 
@@ -74,6 +98,10 @@ enum SchemaCheck: Equatable, Sendable {
         case .versionNotPermitted:
             return "the gateway's role may not call ferry.schema_version(): serve as ferry_gateway, which "
                 + "ferry migrate grants it to; or \(migrate)"
+        case .restored:
+            return "the database was restored from a logical dump (pg_dump) into another cluster or database, "
+                + "whose transaction ids mean something else: cursors would miss rows. Run `ferry restore-finish` "
+                + "once, as the database owner (docs/OPERATIONS.md, \"Backups and restores\")"
         case .failed(let description):
             return "the schema check failed: \(description)"
         }

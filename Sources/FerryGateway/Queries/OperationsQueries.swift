@@ -43,3 +43,22 @@ struct PurgeTombstones: SingleRowQuery {
         }
     }
 }
+
+/// `ferry.note_history()`: whether the database's history is one the gateway may serve
+/// (`sql/ferry/functions/history.sql`): `restored` after a logical restore that
+/// `ferry restore-finish` has not finished, else `current` (a new timeline noted).
+struct NoteHistory: SingleRowQuery {
+    static let preparedName: String? = nil
+    static let sql = "select ferry.note_history() as history"
+    static let columns = ["history"]
+
+    var parameters: [String?] { [] }
+
+    struct Answer: QueryRowDecodable {
+        var history: String
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            history = try row.decode("history")
+        }
+    }
+}

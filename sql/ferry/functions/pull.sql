@@ -24,10 +24,13 @@
 -- Order within an answer: tables by name, then _stamp, then primary key; at most
 -- p_limit rows (upserts and deletes together).
 --
--- A cursor older than the purge horizon raises FR409, which the gateway answers 409
--- cursor_expired (docs/ARCHITECTURE.md, "The purge horizon"): the cursor's `since`, or
--- for a first-load paging cursor its `until`, is checked in the snapshot the rows are
--- read in. A pull without a cursor never raises it.
+-- Every cursor also carries the history it was made in, "epoch", "timeline", "lsn", "started"
+-- (history.sql): one made in another history (a logical restore, a PITR, a failover that
+-- lost commits) raises FR409, as does one older than the purge horizon; the gateway
+-- answers both 409 cursor_expired (docs/ARCHITECTURE.md, "The purge horizon" and "A
+-- cursor names its history"). The cursor's `since`, or for a first-load paging cursor
+-- its `until`, is checked in the snapshot the rows are read in. A pull without a cursor
+-- never raises it.
 create or replace function ferry.pull(p_cursor text, p_limit integer) returns jsonb
 language plpgsql stable
 as $$
@@ -48,6 +51,7 @@ declare
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
+    v_here jsonb := ferry.history_here();
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -72,6 +76,10 @@ begin
             end if;
         elsif v_since is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
+        if ferry.history_left(v_cursor, v_here) then
+            raise exception 'pull: the cursor was made in another history of the database (a restore, a point-in-time recovery or a failover that lost commits)'
+                using errcode = 'FR409', hint = 'pull without a cursor';
         end if;
         -- The purge horizon (header of this file): a tombstone this cursor has not seen
         -- may be gone. Checked in this statement's snapshot, the one the rows are read in.
@@ -123,8 +131,8 @@ begin
         'changes', v_changes,
         'cursor', case
             when v_has_more then (pg_catalog.jsonb_build_object(
-                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position)::text
-            else pg_catalog.jsonb_build_object('since', v_until::text)::text
+                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position || v_here)::text
+            else (pg_catalog.jsonb_build_object('since', v_until::text) || v_here)::text
         end,
         'has_more', v_has_more,
         'last_mutation_id', v_last);
