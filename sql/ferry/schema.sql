@@ -2036,6 +2036,71 @@ $_$;
 
 
 --
+-- Name: reserve_sign_in(text, text, integer, integer, interval); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_now timestamptz;
+    v_since timestamptz;
+    v_count bigint;
+    v_oldest timestamptz;
+begin
+    if p_email is null or p_address is null or p_failed_limit is null or p_failed_limit < 1
+        or p_sign_in_limit is null or p_sign_in_limit < 1 or p_window is null or p_window <= interval '0'
+    then
+        raise exception 'reserve_sign_in: an email, an address, positive limits and a positive window'
+            using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('ferry.sign_in email ' || p_email, 0));
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('ferry.sign_in address ' || p_address, 0));
+    v_now := pg_catalog.clock_timestamp();
+    v_since := v_now - p_window;
+
+    delete from ferry.sign_in_attempts a
+    where (a.email = p_email or a.address = p_address) and a.reserved_at <= v_since;
+    delete from ferry.sign_in_attempts a where a.id = any (array(
+        select x.id from ferry.sign_in_attempts x
+        where x.reserved_at <= v_since order by x.reserved_at limit 16
+        for update skip locked));
+
+    select pg_catalog.count(*), pg_catalog.min(a.reserved_at) into v_count, v_oldest
+    from ferry.sign_in_attempts a
+    where a.email = p_email and a.reserved_at > v_since and a.outcome is distinct from 'signed_in';
+    if v_count >= p_failed_limit then
+        refused := 'email';
+    else
+        select pg_catalog.count(*), pg_catalog.min(a.reserved_at) into v_count, v_oldest
+        from ferry.sign_in_attempts a
+        where a.address = p_address and a.reserved_at > v_since and a.outcome is distinct from 'signed_in';
+        if v_count >= p_failed_limit then
+            refused := 'address';
+        else
+            select pg_catalog.count(*), pg_catalog.min(a.reserved_at) into v_count, v_oldest
+            from ferry.sign_in_attempts a
+            where a.email = p_email and a.reserved_at > v_since and a.outcome is distinct from 'failed';
+            if v_count >= p_sign_in_limit then
+                refused := 'account';
+            end if;
+        end if;
+    end if;
+
+    if refused is not null then
+        retry_after_seconds := greatest(1, pg_catalog.ceil(
+            extract(epoch from v_oldest + p_window - v_now))::integer);
+        return;
+    end if;
+    insert into ferry.sign_in_attempts (email, address, reserved_at)
+    values (p_email, p_address, v_now)
+    returning id into attempt_id;
+end
+$$;
+
+
+--
 -- Name: restrict_lock_columns(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2151,6 +2216,26 @@ COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced tabl
 CREATE FUNCTION ferry.session_id() RETURNS uuid
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ select nullif(pg_catalog.current_setting('ferry.session_id', true), '')::uuid $$;
+
+
+--
+-- Name: settle_sign_in(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    if p_outcome is null then
+        delete from ferry.sign_in_attempts a where a.id = p_attempt;
+    elsif p_outcome in ('failed', 'signed_in') then
+        update ferry.sign_in_attempts a set outcome = p_outcome where a.id = p_attempt;
+    else
+        raise exception 'settle_sign_in: the outcome is failed, signed_in or null' using errcode = '22023';
+    end if;
+end
+$$;
 
 
 --
@@ -3345,6 +3430,41 @@ CREATE TABLE ferry.sessions (
 
 
 --
+-- Name: sign_in_attempts; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.sign_in_attempts (
+    id bigint NOT NULL,
+    email text NOT NULL,
+    address text NOT NULL,
+    reserved_at timestamp with time zone NOT NULL,
+    outcome text,
+    CONSTRAINT sign_in_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['failed'::text, 'signed_in'::text])))
+);
+
+
+--
+-- Name: TABLE sign_in_attempts; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.sign_in_attempts IS 'Password checks of sign-ins, reserved before hashing, for the sign-in limits (docs/ARCHITECTURE.md, "Sign-in attempts"); written and read only through functions/sign_in_attempts.sql.';
+
+
+--
+-- Name: sign_in_attempts_id_seq; Type: SEQUENCE; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ferry.sign_in_attempts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME ferry.sign_in_attempts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
 -- Name: synced_tables; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3455,6 +3575,14 @@ ALTER TABLE ONLY ferry.sessions
 
 
 --
+-- Name: sign_in_attempts sign_in_attempts_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.sign_in_attempts
+    ADD CONSTRAINT sign_in_attempts_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: synced_tables synced_tables_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -3497,6 +3625,27 @@ CREATE INDEX revocations_time ON ferry.revocations USING btree (revoked_at);
 --
 
 CREATE INDEX sessions_user ON ferry.sessions USING btree (user_id);
+
+
+--
+-- Name: sign_in_attempts_address; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX sign_in_attempts_address ON ferry.sign_in_attempts USING btree (address, reserved_at);
+
+
+--
+-- Name: sign_in_attempts_email; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX sign_in_attempts_email ON ferry.sign_in_attempts USING btree (email, reserved_at);
+
+
+--
+-- Name: sign_in_attempts_reserved_at; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX sign_in_attempts_reserved_at ON ferry.sign_in_attempts USING btree (reserved_at);
 
 
 --
@@ -3887,6 +4036,14 @@ GRANT ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) TO ferry_clie
 
 
 --
+-- Name: FUNCTION reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION restrict_lock_columns(p_table regclass); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3906,6 +4063,14 @@ GRANT ALL ON FUNCTION ferry.schema_version() TO ferry_gateway;
 --
 
 REVOKE ALL ON FUNCTION ferry.send_cues() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION settle_sign_in(p_attempt bigint, p_outcome text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) TO ferry_gateway;
 
 
 --

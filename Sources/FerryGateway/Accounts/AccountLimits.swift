@@ -10,27 +10,6 @@ extension Accounts {
         return .rateLimited(retryAfterSeconds: retryAfter, limit: limit)
     }
 
-    /// The `429` when failed sign-ins for `email` or from `address` reached their hour's
-    /// limit; nil when a sign-in may be tried (only a failure counts, ``noteFailedSignIn(email:address:)``).
-    func signInRefusal(email: String, address: String) -> APIError? {
-        let limits = [
-            (failedSignInsByEmail, email, "for this email"), (failedSignInsByAddress, address, "from this address"),
-        ]
-        for (limiter, key, whose) in limits {
-            if case .denied(let retryAfter) = limiter.check(key) {
-                let limit = "too many failed sign-ins \(whose) (\(limiter.limit) per hour)"
-                return .rateLimited(retryAfterSeconds: retryAfter, limit: limit)
-            }
-        }
-        return nil
-    }
-
-    /// Counts a failed sign-in against its email and its address.
-    func noteFailedSignIn(email: String, address: String) {
-        _ = failedSignInsByEmail.admit(email)
-        _ = failedSignInsByAddress.admit(address)
-    }
-
     /// The rate-limit key of a client: its address without the port.
     static func clientKey(_ request: HTTPRequest) -> String {
         guard let address = request.remoteAddress, let colon = address.lastIndex(of: ":") else { return "unknown" }

@@ -3,8 +3,8 @@ import FerryHTTP
 import Foundation
 
 /// The process's account service: token signing and checking (with the verified-token
-/// and revoked-session caches), password hashing and the rate limits of sign-ups and
-/// sign-ins. One per process, shared by every loop: the account routes use all of it,
+/// and revoked-session caches), password hashing and the limits of sign-ups, sign-ins and
+/// password hashes. One per process, shared by every loop: the account routes use all of it,
 /// and every other route and stream asks it who is asking (``authenticate(_:allowQueryToken:checkRevocation:)``).
 /// Safe from any thread.
 final class Accounts: Sendable {
@@ -13,8 +13,10 @@ final class Accounts: Sendable {
     let revoked: RevokedSessions
     let verifiedTokens = VerifiedTokenCache()
     let anonymousSignUps: RateLimiter
-    let failedSignInsByEmail: RateLimiter
-    let failedSignInsByAddress: RateLimiter
+    /// What a sign-in's password check is reserved against, in PostgreSQL.
+    let signInLimits: SignInLimits
+    /// Password hashes in flight per client address and per email.
+    let passwordsInFlight: PasswordsInFlight
     let logger: Logger
 
     init(configuration: GatewayConfiguration, logger: Logger) {
@@ -24,8 +26,11 @@ final class Accounts: Sendable {
         passwords = PasswordHasher()
         revoked = RevokedSessions()
         anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
-        failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
-        failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
+        signInLimits = SignInLimits(
+            failedPerHour: configuration.failedSignInsPerHour,
+            signInsPerAccountPerHour: configuration.signInsPerAccountPerHour)
+        passwordsInFlight = PasswordsInFlight(
+            perAddress: configuration.passwordHashesPerAddress, perEmail: configuration.passwordHashesPerEmail)
         self.logger = logger
     }
 
