@@ -2132,7 +2132,7 @@ $$;
 
 CREATE FUNCTION ferry.schema_version() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ select 2 $$;
+    AS $$ select 3 $$;
 
 
 --

@@ -16,5 +16,5 @@ public enum Ferry {
     /// whose `ferry.schema_version()` (`sql/ferry/functions/version.sql`) is lower, and
     /// `/readyz` is not ready. Raise both together whenever the binary starts relying on
     /// changed SQL (a test compares them).
-    public static let requiredSchemaVersion = 2
+    public static let requiredSchemaVersion = 3
 }

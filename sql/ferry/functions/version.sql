@@ -6,7 +6,7 @@
 -- change the binary does not rely on (a fix inside a function, a comment) leaves it.
 create or replace function ferry.schema_version() returns integer
 language sql immutable parallel safe
-as $$ select 2 $$;
+as $$ select 3 $$;
 
 revoke all on function ferry.schema_version() from public;
 grant execute on function ferry.schema_version() to ferry_gateway;
