@@ -125,9 +125,11 @@ enum DevCommand: Command {
               curl -i \(base)/readyz
               curl -s \(base)/metrics
               curl -s -X POST \(base)/v1/auth/anonymous -d '{"device_id":"\(UUID().uuidString.lowercased())"}'
-            Limits per address per hour here: \(configuration.anonymousSignUpsPerHour) anonymous sign-ups, \
-            \(configuration.failedSignInsPerHour) failed sign-ins (ferry serve: 30 and 20 by default; \
-            FERRY_ANONYMOUS_SIGNUPS_PER_HOUR and FERRY_FAILED_SIGNINS_PER_HOUR set them).
+            Limits per hour here: \(configuration.anonymousSignUpsPerHour) anonymous sign-ups per address, \
+            \(configuration.failedSignInsPerHour) failed sign-ins per email and per address, \
+            \(configuration.signInsPerAccountPerHour) sign-ins per account; \
+            \(configuration.passwordHashesPerAddress) password checks in flight per address \
+            (ferry serve: 30, 20, 30 and 1 by default; docs/OPERATIONS.md, "Rate limits").
             Ctrl-C stops it.
 
             """)

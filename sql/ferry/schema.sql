@@ -282,17 +282,6 @@ $$;
 
 
 --
--- Name: current_timeline(); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.current_timeline() RETURNS integer
-    LANGUAGE sql PARALLEL SAFE
-    AS $$
-    select ('x' || pg_catalog.left(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 8))::bit(32)::integer
-$$;
-
-
---
 -- Name: delete_account(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -349,34 +338,6 @@ CREATE FUNCTION ferry.device_id() RETURNS text
 
 
 --
--- Name: duplicate_result(bigint); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.duplicate_result(p_id bigint) RETURNS jsonb
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO ''
-    AS $$
-    select pg_catalog.jsonb_build_object('id', p_id, 'status', 'duplicate')
-        || case
-            when r.code is not null then pg_catalog.jsonb_build_object('original', 'rejected', 'code', r.code,
-                'message', r.message)
-            when p_id >= d.outcomes_from then '{"original": "applied"}'::jsonb
-            else '{}'::jsonb end
-    from (select) one
-    left join ferry.devices d on d.user_id = ferry.uid() and d.device_id = ferry.device_id()
-    left join ferry.rejected_mutations r
-        on r.user_id = d.user_id and r.device_id = d.device_id and r.mutation_id = p_id;
-$$;
-
-
---
--- Name: FUNCTION duplicate_result(p_id bigint); Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON FUNCTION ferry.duplicate_result(p_id bigint) IS 'A duplicate mutation''s result for the caller''s device: {"id", "status": "duplicate"} with its "original" outcome while it is remembered.';
-
-
---
 -- Name: find_credentials(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -389,52 +350,6 @@ begin
     from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email);
 end
 $$;
-
-
---
--- Name: finish_restore(); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.finish_restore() RETURNS bigint
-    LANGUAGE plpgsql
-    SET search_path TO ''
-    AS $_$
-declare
-    v_table regclass;
-    v_rows bigint;
-    v_total bigint := 0;
-    v_floor xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
-begin
-    perform from ferry.history for update;
-    for v_table in select s.table_name from ferry.synced_tables s order by s.table_name::text loop
-        execute pg_catalog.format('alter table %s disable trigger ferry_stamp, disable trigger ferry_cue_update', v_table);
-        execute pg_catalog.format('update %s t set _stamp = pg_catalog.pg_current_xact_id() where t._stamp >= $1', v_table)
-            using v_floor;
-        get diagnostics v_rows = row_count;
-        v_total := v_total + v_rows;
-        execute pg_catalog.format('alter table %s enable trigger ferry_stamp, enable trigger ferry_cue_update', v_table);
-    end loop;
-    delete from ferry.watermelon_cursors;
-    update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
-    delete from ferry.timeline_ancestry;
-    update ferry.history h set
-        epoch = h.epoch + 1,
-        system_identifier = (select s.system_identifier from pg_catalog.pg_control_system() s),
-        database_oid = (select d.oid from pg_catalog.pg_database d where d.datname = pg_catalog.current_database()),
-        timeline = ferry.current_timeline(),
-        began_at_lsn = pg_catalog.pg_current_wal_insert_lsn(),
-        began_on_timeline = ferry.current_timeline(),
-        began_at = pg_catalog.now();
-    return v_total;
-end
-$_$;
-
-
---
--- Name: FUNCTION finish_restore(); Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON FUNCTION ferry.finish_restore() IS 'After a logical restore: restamps the synced rows, drops the old history''s WatermelonDB timestamps and purge horizon, and begins a new epoch (ferry restore-finish).';
 
 
 --
@@ -475,75 +390,6 @@ begin
     return ferry.lock_answer(v_device, v_now);
 end
 $_$;
-
-
---
--- Name: history_here(); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.history_here() RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    AS $$
-declare
-    v_epoch bigint;
-begin
-    select h.epoch into v_epoch from ferry.history h;
-    return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
-        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
-        'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
-end
-$$;
-
-
---
--- Name: history_left(jsonb, jsonb); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) RETURNS boolean
-    LANGUAGE plpgsql STABLE
-    AS $$
-declare
-    v_epoch bigint;
-    v_timeline integer;
-    v_lsn pg_lsn;
-    v_started text;
-begin
-    -- The usual case, as one expression: this epoch, timeline and start, not ahead.
-    if p_made -> 'epoch' = p_here -> 'epoch' and p_made -> 'timeline' = p_here -> 'timeline'
-        and p_made -> 'started' = p_here -> 'started'
-        and (p_made ->> 'lsn')::pg_lsn <= (p_here ->> 'lsn')::pg_lsn
-    then
-        return false;
-    end if;
-    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' or p_made ? 'started' then
-        v_epoch := (p_made ->> 'epoch')::bigint;
-        v_timeline := (p_made ->> 'timeline')::integer;
-        v_lsn := (p_made ->> 'lsn')::pg_lsn;
-        v_started := p_made ->> 'started';
-        if v_epoch is null or v_timeline is null or v_lsn is null or v_started is null then
-            raise exception 'pull: invalid cursor' using errcode = '22023';
-        end if;
-    else
-        select 1, h.began_on_timeline, h.began_at_lsn into v_epoch, v_timeline, v_lsn from ferry.history h;
-    end if;
-    if v_epoch <> (p_here ->> 'epoch')::bigint or v_lsn > (p_here ->> 'lsn')::pg_lsn then
-        return true;
-    end if;
-    -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
-    -- (null after a clean shutdown): past that end, it saw commits this history lost.
-    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
-        return true;
-    end if;
-    if v_timeline = (p_here ->> 'timeline')::integer then
-        return false;
-    end if;
-    -- Another timeline: kept only if it is an ancestor of the one noted, which is this
-    -- one, and was left after the cursor was made.
-    return not exists (
-        select from ferry.history h join ferry.timeline_ancestry a on a.timeline = v_timeline
-        where h.timeline = (p_here ->> 'timeline')::integer and a.ended_at >= v_lsn);
-end
-$$;
 
 
 --
@@ -800,7 +646,7 @@ begin
                     pg_catalog.string_agg(pg_catalog.format('case when p_row ? %L then p.%I else %s end',
                         a.attname, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
                         E',\n                    ' order by a.attnum) as values_list,
-                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L or t._deleted then excluded.%1$I else t.%1$I end',
+                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets
@@ -1151,57 +997,6 @@ $_$;
 
 
 --
--- Name: note_history(); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.note_history() RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO ''
-    AS $$
-declare
-    v_history ferry.history;
-    v_timeline integer := ferry.current_timeline();
-    v_file text;
-begin
-    select * into v_history from ferry.history h;
-    if v_history.system_identifier <> (select s.system_identifier from pg_catalog.pg_control_system() s)
-        or v_history.database_oid <> (select d.oid from pg_catalog.pg_database d where d.datname = pg_catalog.current_database())
-    then
-        return 'restored';
-    end if;
-    if v_history.timeline = v_timeline then
-        return 'current';
-    end if;
-    select * into v_history from ferry.history h for update;
-    if v_history.timeline = v_timeline then
-        return 'current';
-    end if;
-    begin
-        v_file := pg_catalog.pg_read_file(pg_catalog.format('pg_wal/%s.history',
-            pg_catalog.lpad(pg_catalog.upper(pg_catalog.to_hex(v_timeline)), 8, '0')));
-    exception when insufficient_privilege or undefined_file then
-        raise warning 'ferry: cannot read the history file of timeline %: every cursor made on an earlier timeline expires', v_timeline
-            using hint = 'let the role that ran ferry migrate read it (grant pg_read_server_files)';
-    end;
-    delete from ferry.timeline_ancestry;
-    -- Lines "parent-timeline <tab> switch-point <tab> reason"; comments and blank lines skipped.
-    insert into ferry.timeline_ancestry (timeline, ended_at)
-        select m[1]::integer, m[2]::pg_lsn
-        from pg_catalog.regexp_matches(coalesce(v_file, ''), '^\s*(\d+)\s+([0-9A-Fa-f]+/[0-9A-Fa-f]+)', 'gn') m;
-    update ferry.history set timeline = v_timeline;
-    return 'current';
-end
-$$;
-
-
---
--- Name: FUNCTION note_history(); Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON FUNCTION ferry.note_history() IS 'Notes the database''s history before serving: ''restored'' after a logical restore (run ferry restore-finish), else ''current'', recording a new timeline''s ancestry.';
-
-
---
 -- Name: open_session(uuid, text, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -1271,7 +1066,6 @@ declare
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
-    v_here jsonb := ferry.history_here();
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -1296,10 +1090,6 @@ begin
             end if;
         elsif v_since is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
-        end if;
-        if ferry.history_left(v_cursor, v_here) then
-            raise exception 'pull: the cursor was made in another history of the database (a restore, a point-in-time recovery or a failover that lost commits)'
-                using errcode = 'FR409', hint = 'pull without a cursor';
         end if;
         -- The purge horizon (header of this file): a tombstone this cursor has not seen
         -- may be gone. Checked in this statement's snapshot, the one the rows are read in.
@@ -1351,8 +1141,8 @@ begin
         'changes', v_changes,
         'cursor', case
             when v_has_more then (pg_catalog.jsonb_build_object(
-                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position || v_here)::text
-            else (pg_catalog.jsonb_build_object('since', v_until::text) || v_here)::text
+                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position)::text
+            else pg_catalog.jsonb_build_object('since', v_until::text)::text
         end,
         'has_more', v_has_more,
         'last_mutation_id', v_last);
@@ -1429,7 +1219,6 @@ begin
         exit when v_left <= 0;
     end loop;
     perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
-    perform ferry.trim_rejected_mutations(p_older_than, p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),
@@ -1623,10 +1412,6 @@ declare
     v_wrote boolean;
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
     v_cued text[] := '{}'::text[];
-    v_rejected_ids bigint[] := '{}'::bigint[];
-    v_rejected_codes text[] := '{}'::text[];
-    v_rejected_messages text[] := '{}'::text[];
-    v_earlier integer;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -1687,13 +1472,7 @@ begin
     for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
         v_id := (v_m ->> 'id')::bigint;
         if v_id <= v_last then
-            -- Its original outcome (ferry.duplicate_result, outcomes.sql), or this batch's
-            -- when the batch named it before.
-            v_earlier := pg_catalog.array_position(v_rejected_ids, v_id);
-            v_results := v_results || case when v_earlier is not null then pg_catalog.jsonb_build_object(
-                    'id', v_id, 'status', 'duplicate', 'original', 'rejected', 'code', v_rejected_codes[v_earlier],
-                    'message', v_rejected_messages[v_earlier])
-                else ferry.duplicate_result(v_id) end;
+            v_results := v_results || pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate');
             continue;
         end if;
         v_last := v_id;
@@ -1813,13 +1592,8 @@ begin
                     exit mutation;
                 end if;
                 v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
-                -- A tombstone revived starts from the given columns: the others take their
-                -- defaults (what excluded holds for a column the insert does not name).
-                v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
-                        then pg_catalog.format('%1$I = excluded.%1$I', k)
-                        else pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end', k) end,
-                        ', ')
-                    from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
+                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
+                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
                 execute pg_catalog.format(
                     'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
                         ' on conflict (%s) do update set %s_deleted = false',
@@ -1875,13 +1649,7 @@ begin
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- An overwrite, a merge write of the given columns; or a revived tombstone,
-                -- which starts from the given columns (the others take their defaults).
-                if v_deleted then
-                    v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
-                            then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
-                        from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
-                end if;
+                -- An overwrite, or a revived tombstone: a merge write of the given columns.
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
@@ -1912,11 +1680,6 @@ begin
             when v_code = 'duplicate' then pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate')
             else pg_catalog.jsonb_build_object('id', v_id, 'status', 'rejected', 'code', v_code, 'message', v_message)
         end;
-        if v_code is not null and v_code <> 'duplicate' then
-            v_rejected_ids := v_rejected_ids || v_id;
-            v_rejected_codes := v_rejected_codes || v_code;
-            v_rejected_messages := v_rejected_messages || v_message;
-        end if;
     end loop;
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
@@ -1925,9 +1688,6 @@ begin
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);
-    if pg_catalog.cardinality(v_rejected_ids) > 0 then
-        perform ferry.remember_rejections(v_rejected_ids, v_rejected_codes, v_rejected_messages);
-    end if;
     return pg_catalog.jsonb_build_object('last_mutation_id', v_last, 'results', pg_catalog.to_jsonb(v_results));
 end
 $_$;
@@ -2276,25 +2036,68 @@ $_$;
 
 
 --
--- Name: remember_rejections(bigint[], text[], text[]); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: reserve_sign_in(text, text, integer, integer, interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+CREATE FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
-    insert into ferry.rejected_mutations (user_id, device_id, mutation_id, code, message)
-    select ferry.uid(), ferry.device_id(), r.id, r.code, pg_catalog.left(coalesce(r.message, ''), 500)
-    from rows from (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_codes), pg_catalog.unnest(p_messages)) r(id, code, message)
-    on conflict do nothing;
+declare
+    v_now timestamptz;
+    v_since timestamptz;
+    v_count bigint;
+    v_oldest timestamptz;
+begin
+    if p_email is null or p_address is null or p_failed_limit is null or p_failed_limit < 1
+        or p_sign_in_limit is null or p_sign_in_limit < 1 or p_window is null or p_window <= interval '0'
+    then
+        raise exception 'reserve_sign_in: an email, an address, positive limits and a positive window'
+            using errcode = '22023';
+    end if;
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('ferry.sign_in email ' || p_email, 0));
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('ferry.sign_in address ' || p_address, 0));
+    v_now := pg_catalog.clock_timestamp();
+    v_since := v_now - p_window;
+
+    delete from ferry.sign_in_attempts a
+    where (a.email = p_email or a.address = p_address) and a.reserved_at <= v_since;
+    delete from ferry.sign_in_attempts a where a.id = any (array(
+        select x.id from ferry.sign_in_attempts x
+        where x.reserved_at <= v_since order by x.reserved_at limit 16
+        for update skip locked));
+
+    select pg_catalog.count(*), pg_catalog.min(a.reserved_at) into v_count, v_oldest
+    from ferry.sign_in_attempts a
+    where a.email = p_email and a.reserved_at > v_since and a.outcome is distinct from 'signed_in';
+    if v_count >= p_failed_limit then
+        refused := 'email';
+    else
+        select pg_catalog.count(*), pg_catalog.min(a.reserved_at) into v_count, v_oldest
+        from ferry.sign_in_attempts a
+        where a.address = p_address and a.reserved_at > v_since and a.outcome is distinct from 'signed_in';
+        if v_count >= p_failed_limit then
+            refused := 'address';
+        else
+            select pg_catalog.count(*), pg_catalog.min(a.reserved_at) into v_count, v_oldest
+            from ferry.sign_in_attempts a
+            where a.email = p_email and a.reserved_at > v_since and a.outcome is distinct from 'failed';
+            if v_count >= p_sign_in_limit then
+                refused := 'account';
+            end if;
+        end if;
+    end if;
+
+    if refused is not null then
+        retry_after_seconds := greatest(1, pg_catalog.ceil(
+            extract(epoch from v_oldest + p_window - v_now))::integer);
+        return;
+    end if;
+    insert into ferry.sign_in_attempts (email, address, reserved_at)
+    values (p_email, p_address, v_now)
+    returning id into attempt_id;
+end
 $$;
-
-
---
--- Name: FUNCTION remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]); Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) IS 'Stores a push batch''s rejections for the caller''s device, so a retried push''s duplicate carries them (docs/PROTOCOL.md "Push").';
 
 
 --
@@ -2413,6 +2216,26 @@ COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced tabl
 CREATE FUNCTION ferry.session_id() RETURNS uuid
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ select nullif(pg_catalog.current_setting('ferry.session_id', true), '')::uuid $$;
+
+
+--
+-- Name: settle_sign_in(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    if p_outcome is null then
+        delete from ferry.sign_in_attempts a where a.id = p_attempt;
+    elsif p_outcome in ('failed', 'signed_in') then
+        update ferry.sign_in_attempts a set outcome = p_outcome where a.id = p_attempt;
+    else
+        raise exception 'settle_sign_in: the outcome is failed, signed_in or null' using errcode = '22023';
+    end if;
+end
+$$;
 
 
 --
@@ -2571,44 +2394,6 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key_columns text, OUT owner_column name) IS 'Registered tables clients write whose primary key leaves the owner column out (one key space for all users), unless their options have "global_key": true; ferry migrate warns about each.';
-
-
---
--- Name: trim_rejected_mutations(interval, integer); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO ''
-    AS $$
-declare
-    v_count bigint;
-begin
-    with gone as (
-        delete from ferry.rejected_mutations r where (r.user_id, r.device_id, r.mutation_id) in (
-            select x.user_id, x.device_id, x.mutation_id from ferry.rejected_mutations x
-            where x.rejected_at < pg_catalog.now() - p_older_than
-            order by x.rejected_at
-            limit p_batch
-            for update skip locked)
-        returning r.user_id, r.device_id, r.mutation_id
-    ), raised as (
-        update ferry.devices d set outcomes_from = greatest(d.outcomes_from, g.through + 1)
-        from (select g.user_id, g.device_id, pg_catalog.max(g.mutation_id) as through from gone g
-              group by g.user_id, g.device_id) g
-        where d.user_id = g.user_id and d.device_id = g.device_id
-    )
-    select pg_catalog.count(*) into v_count from gone;
-    return v_count;
-end
-$$;
-
-
---
--- Name: FUNCTION trim_rejected_mutations(p_older_than interval, p_batch integer); Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) IS 'Deletes at most batch rejections older than older_than and raises their devices'' outcomes_from past them; returns the count.';
 
 
 --
@@ -3364,13 +3149,6 @@ begin
             join pg_catalog.pg_type ty on ty.oid = a.atttypid
             join pg_catalog.pg_namespace tn on tn.oid = ty.typnamespace
             where c.name = any (v_group.given);
-        -- A tombstone revived starts from the given columns: the others take their
-        -- defaults (what excluded holds for a column the insert does not name).
-        v_sets := coalesce(v_sets, '') || coalesce((
-            select pg_catalog.string_agg(pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end, ',
-                c ->> 'name'), '' order by c ->> 'name')
-            from pg_catalog.jsonb_array_elements(v_writable) c
-            where not (c ->> 'name') = any (v_group.given)), '');
         v_sql := pg_catalog.format(
             'with w as (insert into %s as t (%sid%s) select %se.r ->> ''id''%s from pg_catalog.jsonb_array_elements($1) e(r)'
                 ' on conflict (%s) do %s returning t.id) select pg_catalog.array_agg(w.id) from w',
@@ -3568,35 +3346,10 @@ COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) I
 CREATE TABLE ferry.devices (
     user_id uuid NOT NULL,
     device_id text NOT NULL,
-    last_mutation_id bigint DEFAULT 0 NOT NULL,
-    outcomes_from bigint DEFAULT 0 NOT NULL
+    last_mutation_id bigint DEFAULT 0 NOT NULL
 );
 
 ALTER TABLE ONLY ferry.devices FORCE ROW LEVEL SECURITY;
-
-
---
--- Name: history; Type: TABLE; Schema: ferry; Owner: -
---
-
-CREATE TABLE ferry.history (
-    one boolean DEFAULT true NOT NULL,
-    epoch bigint DEFAULT 1 NOT NULL,
-    system_identifier bigint NOT NULL,
-    database_oid oid NOT NULL,
-    timeline integer NOT NULL,
-    began_at_lsn pg_lsn NOT NULL,
-    began_on_timeline integer NOT NULL,
-    began_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT history_one_check CHECK (one)
-);
-
-
---
--- Name: TABLE history; Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON TABLE ferry.history IS 'One row: the epoch, cluster, database and timeline a cursor must name to be honoured (docs/ARCHITECTURE.md, "A cursor names its history").';
 
 
 --
@@ -3629,27 +3382,6 @@ CREATE TABLE ferry.refresh_tokens (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     used_at timestamp with time zone
 );
-
-
---
--- Name: rejected_mutations; Type: TABLE; Schema: ferry; Owner: -
---
-
-CREATE TABLE ferry.rejected_mutations (
-    user_id uuid NOT NULL,
-    device_id text NOT NULL,
-    mutation_id bigint NOT NULL,
-    code text NOT NULL,
-    message text NOT NULL,
-    rejected_at timestamp with time zone DEFAULT now() NOT NULL
-);
-
-
---
--- Name: TABLE rejected_mutations; Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON TABLE ferry.rejected_mutations IS 'Each device''s rejected mutations from its outcomes_from on, so a retried push''s duplicate carries the original outcome (docs/PROTOCOL.md "Push"); purged with tombstone retention.';
 
 
 --
@@ -3698,6 +3430,41 @@ CREATE TABLE ferry.sessions (
 
 
 --
+-- Name: sign_in_attempts; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.sign_in_attempts (
+    id bigint NOT NULL,
+    email text NOT NULL,
+    address text NOT NULL,
+    reserved_at timestamp with time zone NOT NULL,
+    outcome text,
+    CONSTRAINT sign_in_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['failed'::text, 'signed_in'::text])))
+);
+
+
+--
+-- Name: TABLE sign_in_attempts; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.sign_in_attempts IS 'Password checks of sign-ins, reserved before hashing, for the sign-in limits (docs/ARCHITECTURE.md, "Sign-in attempts"); written and read only through functions/sign_in_attempts.sql.';
+
+
+--
+-- Name: sign_in_attempts_id_seq; Type: SEQUENCE; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ferry.sign_in_attempts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME ferry.sign_in_attempts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
 -- Name: synced_tables; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3711,23 +3478,6 @@ CREATE TABLE ferry.synced_tables (
     CONSTRAINT owner_unless_shared CHECK (((owner_column IS NULL) = (strategy = 'shared'::text))),
     CONSTRAINT synced_tables_strategy_check CHECK ((strategy = ANY (ARRAY['lww'::text, 'insert_only'::text, 'set'::text, 'device_lock'::text, 'readonly'::text, 'shared'::text])))
 );
-
-
---
--- Name: timeline_ancestry; Type: TABLE; Schema: ferry; Owner: -
---
-
-CREATE TABLE ferry.timeline_ancestry (
-    timeline integer NOT NULL,
-    ended_at pg_lsn NOT NULL
-);
-
-
---
--- Name: TABLE timeline_ancestry; Type: COMMENT; Schema: ferry; Owner: -
---
-
-COMMENT ON TABLE ferry.timeline_ancestry IS 'The noted timeline''s ancestors and where each was left, from its timeline history file.';
 
 
 --
@@ -3785,14 +3535,6 @@ ALTER TABLE ONLY ferry.devices
 
 
 --
--- Name: history history_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
---
-
-ALTER TABLE ONLY ferry.history
-    ADD CONSTRAINT history_pkey PRIMARY KEY (one);
-
-
---
 -- Name: purge_horizon purge_horizon_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -3806,14 +3548,6 @@ ALTER TABLE ONLY ferry.purge_horizon
 
 ALTER TABLE ONLY ferry.refresh_tokens
     ADD CONSTRAINT refresh_tokens_pkey PRIMARY KEY (token_hash);
-
-
---
--- Name: rejected_mutations rejected_mutations_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
---
-
-ALTER TABLE ONLY ferry.rejected_mutations
-    ADD CONSTRAINT rejected_mutations_pkey PRIMARY KEY (user_id, device_id, mutation_id);
 
 
 --
@@ -3841,19 +3575,19 @@ ALTER TABLE ONLY ferry.sessions
 
 
 --
+-- Name: sign_in_attempts sign_in_attempts_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.sign_in_attempts
+    ADD CONSTRAINT sign_in_attempts_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: synced_tables synced_tables_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
 ALTER TABLE ONLY ferry.synced_tables
     ADD CONSTRAINT synced_tables_pkey PRIMARY KEY (table_name);
-
-
---
--- Name: timeline_ancestry timeline_ancestry_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
---
-
-ALTER TABLE ONLY ferry.timeline_ancestry
-    ADD CONSTRAINT timeline_ancestry_pkey PRIMARY KEY (timeline);
 
 
 --
@@ -3880,13 +3614,6 @@ CREATE INDEX refresh_tokens_session ON ferry.refresh_tokens USING btree (session
 
 
 --
--- Name: rejected_mutations_rejected_at; Type: INDEX; Schema: ferry; Owner: -
---
-
-CREATE INDEX rejected_mutations_rejected_at ON ferry.rejected_mutations USING btree (rejected_at);
-
-
---
 -- Name: revocations_time; Type: INDEX; Schema: ferry; Owner: -
 --
 
@@ -3898,6 +3625,27 @@ CREATE INDEX revocations_time ON ferry.revocations USING btree (revoked_at);
 --
 
 CREATE INDEX sessions_user ON ferry.sessions USING btree (user_id);
+
+
+--
+-- Name: sign_in_attempts_address; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX sign_in_attempts_address ON ferry.sign_in_attempts USING btree (address, reserved_at);
+
+
+--
+-- Name: sign_in_attempts_email; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX sign_in_attempts_email ON ferry.sign_in_attempts USING btree (email, reserved_at);
+
+
+--
+-- Name: sign_in_attempts_reserved_at; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX sign_in_attempts_reserved_at ON ferry.sign_in_attempts USING btree (reserved_at);
 
 
 --
@@ -3928,14 +3676,6 @@ ALTER TABLE ONLY ferry.devices
 
 ALTER TABLE ONLY ferry.refresh_tokens
     ADD CONSTRAINT refresh_tokens_session_id_fkey FOREIGN KEY (session_id) REFERENCES ferry.sessions(id) ON DELETE CASCADE;
-
-
---
--- Name: rejected_mutations rejected_mutations_user_id_device_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
---
-
-ALTER TABLE ONLY ferry.rejected_mutations
-    ADD CONSTRAINT rejected_mutations_user_id_device_id_fkey FOREIGN KEY (user_id, device_id) REFERENCES ferry.devices(user_id, device_id) ON DELETE CASCADE;
 
 
 --
@@ -4061,14 +3801,6 @@ GRANT ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text) TO
 
 
 --
--- Name: FUNCTION current_timeline(); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.current_timeline() FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.current_timeline() TO ferry_client;
-
-
---
 -- Name: FUNCTION delete_account(); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4084,14 +3816,6 @@ REVOKE ALL ON FUNCTION ferry.delete_user_rows(p_user uuid) FROM PUBLIC;
 
 
 --
--- Name: FUNCTION duplicate_result(p_id bigint); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.duplicate_result(p_id bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.duplicate_result(p_id bigint) TO ferry_client;
-
-
---
 -- Name: FUNCTION find_credentials(p_email text, OUT user_id uuid, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4100,34 +3824,11 @@ GRANT ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT
 
 
 --
--- Name: FUNCTION finish_restore(); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.finish_restore() FROM PUBLIC;
-
-
---
 -- Name: FUNCTION heartbeat_lock(p_table text, p_key text); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.heartbeat_lock(p_table text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.heartbeat_lock(p_table text, p_key text) TO ferry_client;
-
-
---
--- Name: FUNCTION history_here(); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.history_here() FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.history_here() TO ferry_client;
-
-
---
--- Name: FUNCTION history_left(p_made jsonb, p_here jsonb); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) TO ferry_client;
 
 
 --
@@ -4216,14 +3917,6 @@ REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owne
 --
 
 REVOKE ALL ON FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) FROM PUBLIC;
-
-
---
--- Name: FUNCTION note_history(); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.note_history() FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.note_history() TO ferry_gateway;
 
 
 --
@@ -4343,11 +4036,11 @@ GRANT ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) TO ferry_clie
 
 
 --
--- Name: FUNCTION remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) TO ferry_client;
+REVOKE ALL ON FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) TO ferry_gateway;
 
 
 --
@@ -4370,6 +4063,14 @@ GRANT ALL ON FUNCTION ferry.schema_version() TO ferry_gateway;
 --
 
 REVOKE ALL ON FUNCTION ferry.send_cues() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION settle_sign_in(p_attempt bigint, p_outcome text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) TO ferry_gateway;
 
 
 --
@@ -4416,13 +4117,6 @@ GRANT ALL ON FUNCTION ferry.table_schema() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key_columns text, OUT owner_column name) FROM PUBLIC;
-
-
---
--- Name: FUNCTION trim_rejected_mutations(p_older_than interval, p_batch integer); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) FROM PUBLIC;
 
 
 --
@@ -4567,13 +4261,6 @@ GRANT SELECT ON TABLE ferry.devices TO ferry_client;
 
 
 --
--- Name: TABLE history; Type: ACL; Schema: ferry; Owner: -
---
-
-GRANT SELECT ON TABLE ferry.history TO ferry_client;
-
-
---
 -- Name: TABLE purge_horizon; Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4592,10 +4279,3 @@ GRANT SELECT ON TABLE ferry.schema_migrations TO ferry_gateway;
 --
 
 GRANT SELECT ON TABLE ferry.synced_tables TO ferry_client;
-
-
---
--- Name: TABLE timeline_ancestry; Type: ACL; Schema: ferry; Owner: -
---
-
-GRANT SELECT ON TABLE ferry.timeline_ancestry TO ferry_client;

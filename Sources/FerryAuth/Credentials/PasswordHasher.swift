@@ -43,6 +43,7 @@ public final class PasswordHasher: Sendable {
     /// The cost of new hashes (a stored hash carries its own cost for verifying).
     public let cost: Cost
     let workers: BlockingWorkerPool
+    private let computed = Atomic<Int>(0)
     /// A hash of a random password at ``cost``: what an unknown account is checked against.
     private let unknownAccountHash = Mutex<String?>(nil)
 
@@ -53,6 +54,13 @@ public final class PasswordHasher: Sendable {
         self.cost = cost
         self.workers = BlockingWorkerPool(name: "password", threads: threads, queueLimit: max(queueLimit, 1))
         _ = workers.submit { [self] in _ = hashForUnknownAccount() }
+    }
+
+    /// Hashes computed for requests so far (``hash(_:on:completion:)``, ``verify(_:against:on:completion:)``
+    /// and ``verifyForUnknownAccount(_:on:completion:)``; not the unknown-account hash
+    /// itself): what a limit on password checks is tested by.
+    public var hashesComputed: Int {
+        computed.load(ordering: .relaxed)
     }
 
     /// Refuses new work; queued jobs still complete. Call at shutdown.
@@ -99,7 +107,8 @@ public final class PasswordHasher: Sendable {
         on loop: EventLoop, completion: @escaping @Sendable (Result<Success, PasswordHasherError>) -> Void,
         _ work: @escaping @Sendable () -> Result<Success, PasswordHasherError>
     ) {
-        let accepted = workers.submit {
+        let accepted = workers.submit { [self] in
+            computed.add(1, ordering: .relaxed)
             let result = work()
             loop.execute { completion(result) }
         }

@@ -10,8 +10,9 @@ extension Accounts {
         return .rateLimited(retryAfterSeconds: retryAfter, limit: limit)
     }
 
-    /// The `429` when failed sign-ins for `email` or from `address` reached their hour's
-    /// limit; nil when a sign-in may be tried (only a failure counts, ``noteFailedSignIn(email:address:)``).
+    /// The `429` when wrong passwords or codes for `email` or from `address` (password
+    /// change and reset) reached their hour's limit; nil when one may be tried (only a
+    /// failure counts, ``noteFailedSignIn(email:address:)``).
     func signInRefusal(email: String, address: String) -> APIError? {
         let limits = [
             (failedSignInsByEmail, email, "for this email"), (failedSignInsByAddress, address, "from this address"),

@@ -123,20 +123,34 @@ struct AccountRoutes {
 
     // MARK: - Link an email
 
+    /// Counted in flight (per device and user, then per address and email) before the
+    /// password is hashed, so a flood of links is refused `429` without hashing.
     private func link(_ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
         guard let body = responder.success(of: LinkRequest.read(request)) else { return }
         guard caller.isAnonymous else { return responder.respond(APIError.alreadyLinked.response) }
         guard let link = responder.success(of: body.checked()) else { return }
+        guard context.admit(caller, answering: responder) else { return }
+        let ticket: PasswordsInFlight.Ticket
+        switch accounts.passwordsInFlight.admit(address: Accounts.clientKey(request), email: link.email) {
+        case .success(let admitted): ticket = admitted
+        case .failure(let refusal):
+            context.requests.finish(caller)
+            return context.respondHeld(refusal, to: responder)
+        }
         let waiting = LoopBound((responder, context), loop: responder.loop)
         accounts.passwords.hash(link.password, on: responder.loop) { hashed in
             let (responder, context) = waiting.value
-            guard case .success(let hash) = hashed else { return responder.respond(APIError.signInsBusy.response) }
+            ticket.finish()
+            guard case .success(let hash) = hashed else {
+                context.requests.finish(caller)
+                return responder.respond(APIError.signInsBusy.response)
+            }
             linkEmail(LinkEmail(email: link.email, passwordHash: hash), caller, responder, context)
         }
     }
 
     private func linkEmail(_ query: LinkEmail, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
-        context.run(query, as: caller, answering: responder) { result in
+        context.run(admitted: query, as: caller) { result in
             switch result {
             case .success(.linked):
                 responder.respond(UserOnly(user: UserBody(id: caller.userID, email: query.email)).response)

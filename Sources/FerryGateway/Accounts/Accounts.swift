@@ -3,8 +3,8 @@ import FerryHTTP
 import Foundation
 
 /// The process's account service: token signing and checking (with the verified-token
-/// and revoked-session caches), password hashing and the rate limits of sign-ups and
-/// sign-ins. One per process, shared by every loop: the account routes use all of it,
+/// and revoked-session caches), password hashing and the limits of sign-ups, sign-ins and
+/// password hashes. One per process, shared by every loop: the account routes use all of it,
 /// and every other route and stream asks it who is asking (``authenticate(_:allowQueryToken:checkRevocation:)``).
 /// Safe from any thread.
 final class Accounts: Sendable {
@@ -13,6 +13,9 @@ final class Accounts: Sendable {
     let revoked: RevokedSessions
     let verifiedTokens = VerifiedTokenCache()
     let anonymousSignUps: RateLimiter
+    /// Wrong current passwords (password change) and reset codes, per email and per
+    /// address, in this process; a sign-in's own checks are counted in PostgreSQL
+    /// (``signInLimits``).
     let failedSignInsByEmail: RateLimiter
     let failedSignInsByAddress: RateLimiter
     let refreshes: RefreshLimits
@@ -20,6 +23,10 @@ final class Accounts: Sendable {
     let recoveryRequestsByAddress: RateLimiter
     /// Whether an SMTP relay is configured, so that codes can be mailed.
     let sendsMail: Bool
+    /// What a sign-in's password check is reserved against, in PostgreSQL.
+    let signInLimits: SignInLimits
+    /// Password hashes in flight per client address and per email.
+    let passwordsInFlight: PasswordsInFlight
     let logger: Logger
 
     init(configuration: GatewayConfiguration, logger: Logger) {
@@ -35,6 +42,11 @@ final class Accounts: Sendable {
         recoveryRequestsByEmail = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
         recoveryRequestsByAddress = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
         sendsMail = configuration.smtpURL != nil
+        signInLimits = SignInLimits(
+            failedPerHour: configuration.failedSignInsPerHour,
+            signInsPerAccountPerHour: configuration.signInsPerAccountPerHour)
+        passwordsInFlight = PasswordsInFlight(
+            perAddress: configuration.passwordHashesPerAddress, perEmail: configuration.passwordHashesPerEmail)
         self.logger = logger
     }
 

@@ -52,7 +52,7 @@ public struct GatewayConfiguration: Sendable {
     public var tokenLeewaySeconds: Int
     /// Anonymous sign-ups allowed per client address per hour.
     public var anonymousSignUpsPerHour: Int
-    /// Failed sign-ins allowed per email and per client address per hour.
+    /// Failed sign-ins allowed per email and per client address per hour (all gateways).
     public var failedSignInsPerHour: Int
     /// Seconds a rotated refresh token is answered with its successor again (0: never).
     public var refreshGraceSeconds: Int
@@ -62,6 +62,12 @@ public struct GatewayConfiguration: Sendable {
     public var refreshesPerAddressPerMinute: Int
     /// Password-reset requests allowed per email and per client address per hour.
     public var recoveryRequestsPerHour: Int
+    /// Sign-ins that open a session allowed per account per hour (all gateways).
+    public var signInsPerAccountPerHour: Int
+    /// Password hashes (link, sign-in) one client address may have in flight on this process.
+    public var passwordHashesPerAddress: Int
+    /// Password hashes (link, sign-in) one email may have in flight on this process.
+    public var passwordHashesPerEmail: Int
     /// Database requests one device may have in flight on this process (more: `429`).
     public var requestsPerDevice: Int
     /// Database requests one user may have in flight on this process, over all its devices (more: `429`).
@@ -164,7 +170,16 @@ public struct GatewayConfiguration: Sendable {
             help: "anonymous sign-ups per client address per hour (more: 429)"),
         Setting(
             "failed-signins-per-hour", env: "FERRY_FAILED_SIGNINS_PER_HOUR", default: "20",
-            help: "failed sign-ins per email and per client address per hour (more: 429)"),
+            help: "failed sign-ins per email and per client address per hour, all gateways (more: 429)"),
+        Setting(
+            "signins-per-account-per-hour", env: "FERRY_SIGNINS_PER_ACCOUNT_PER_HOUR", default: "30",
+            help: "sign-ins that open a session per account per hour, all gateways (more: 429)"),
+        Setting(
+            "password-hashes-per-address", env: "FERRY_PASSWORD_HASHES_PER_ADDRESS", default: "1",
+            help: "password hashes (link, sign-in) one client address may have in flight on this gateway (more: 429)"),
+        Setting(
+            "password-hashes-per-email", env: "FERRY_PASSWORD_HASHES_PER_EMAIL", default: "1",
+            help: "password hashes (link, sign-in) one email may have in flight on this gateway (more: 429)"),
         Setting(
             "refresh-grace", env: "FERRY_REFRESH_GRACE", default: "30",
             help: "seconds a rotated refresh token still gets its successor (a lost answer's retry); 0: never"),
@@ -234,6 +249,7 @@ public struct GatewayConfiguration: Sendable {
     public static let developmentDefaults = [
         "anonymous-signups-per-hour": "1000000000", "failed-signins-per-hour": "1000000000",
         "recovery-requests-per-hour": "1000000000",
+        "signins-per-account-per-hour": "1000000000", "password-hashes-per-address": "64",
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -271,6 +287,9 @@ public struct GatewayConfiguration: Sendable {
         refreshesPerSessionPerMinute = try values.integer("refreshes-per-session", in: 1...1_000_000_000)!
         refreshesPerAddressPerMinute = try values.integer("refreshes-per-address", in: 1...1_000_000_000)!
         recoveryRequestsPerHour = try values.integer("recovery-requests-per-hour", in: 1...1_000_000_000)!
+        signInsPerAccountPerHour = try values.integer("signins-per-account-per-hour", in: 1...1_000_000_000)!
+        passwordHashesPerAddress = try values.integer("password-hashes-per-address", in: 1...100_000)!
+        passwordHashesPerEmail = try values.integer("password-hashes-per-email", in: 1...100_000)!
         requestsPerDevice = try values.integer("requests-per-device", in: 1...100_000)!
         requestsPerUser = try values.integer("requests-per-user", in: 1...100_000)!
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!

@@ -5,6 +5,7 @@ enum GatewayQueries {
     static var all: [any DatabaseQuery.Type] {
         [
             SignUpAnonymous.self, RefreshSession.self, FindCredentials.self, SignIn.self, RecentRevocations.self,
+            ReserveSignIn.self, SettleSignIn.self,
             CurrentAccount.self, LinkEmail.self, SignOut.self, DeleteAccount.self,
             CallerCredentials.self, ChangePassword.self, RequestPasswordReset.self, ResetPassword.self,
             Push.self, Pull.self, TableSchema.self,

@@ -17,19 +17,41 @@ extension LoopContext {
         _ query: Query, as identity: Identity, pushing bytes: Int = 0, answering responder: HTTPResponder,
         _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void
     ) {
-        if let refusal = requests.admit(identity, pushing: bytes) {
-            // Sent after its Retry-After: a client that retries at once anyway (a flood)
-            // then sends one request per connection per second, not thousands.
-            loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {
-                responder.respond(refusal.response)
-            }
-            return
-        }
+        guard admit(identity, pushing: bytes, answering: responder) else { return }
+        run(admitted: query, as: identity, completion)
+    }
+
+    /// Counts a request of `identity` in ``RequestsInFlight`` (and `pushing` bytes against
+    /// its device's budget); false, with `responder` answered `429` (``respondHeld(_:to:)``),
+    /// when a limit refuses it. A request admitted here goes on with
+    /// ``run(admitted:as:_:)``, or gives its place back with `requests.finish` when it
+    /// fails before reaching the database (link's hash).
+    func admit(_ identity: Identity, pushing bytes: Int = 0, answering responder: HTTPResponder) -> Bool {
+        guard let refusal = requests.admit(identity, pushing: bytes) else { return true }
+        respondHeld(refusal, to: responder)
+        return false
+    }
+
+    /// Runs `query` as `identity`, whose request ``admit(_:pushing:answering:)`` counted,
+    /// and gives its place back once the database has answered.
+    func run<Query: DatabaseQuery>(
+        admitted query: Query, as identity: Identity,
+        _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void
+    ) {
         let requests = self.requests
         pool.pipeline([identity.statement, query.statement]) { outcome in
             requests.finish(identity)
             // The identity statement's result is left out.
             completion(Query.decode(outcome.map { $0[1] }))
+        }
+    }
+
+    /// Answers `refusal` (a `429` saying `Retry-After: 1` or more) one second after now:
+    /// a client that retries at once anyway (a flood) then sends one request per
+    /// connection per second, not thousands.
+    func respondHeld(_ refusal: APIError, to responder: HTTPResponder) {
+        loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {
+            responder.respond(refusal.response)
         }
     }
 
