@@ -37,7 +37,7 @@ make_scratch_folder
 slow_bodies() {
     local token
     token=$(curl -fs -X POST "$base/v1/auth/anonymous" -H 'Content-Type: application/json' \
-        -d '{"device_id": "slow-bodies"}' | python3 -c 'import json, sys; print(json.load(sys.stdin)["session"]["access_token"])')
+        -d "{\"device_id\":\"$(python3 -c 'import uuid; print(uuid.uuid4())')\"}" | python3 -c 'import json, sys; print(json.load(sys.stdin)["session"]["access_token"])')
     python3 - "$port" "$1" "$CONNECTIONS" "$SECONDS_EACH" "$CHUNK_BYTES" "$PAUSE_MS" "$AUTHENTICATED" "$token" <<'PY'
 import collections, select, socket, sys, time, urllib.request
 
