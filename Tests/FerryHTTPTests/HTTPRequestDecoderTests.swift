@@ -139,7 +139,9 @@ private let chunked =
         var request: HTTPRequest?
         for chunk in ["GET / HTTP/1.1\r\nAuthor", "ization: Bea", "rer abc\r\nX-Empty:\r\nX-Last: z\r\n\r\n"] {
             let bytes = Array(chunk.utf8)
-            if case .request(let decoded, _, _) = bytes.withUnsafeBytes({ decoder.decode($0) }).event { request = decoded }
+            if case .request(let decoded, _, _) = bytes.withUnsafeBytes({ decoder.decode($0) }).event {
+                request = decoded
+            }
         }
         #expect(request?.headers["authorization"] == "Bearer abc")
         #expect(request?.headers["x-empty"] == "")
