@@ -19,7 +19,7 @@ let commit = String((Context.environment["FERRY_COMMIT"] ?? "").filter { $0.isLe
 ///     FerryCommandLine           flags and FERRY_* variables, commands, --help
 ///     FerryJSON                  JSON written and read on bytes
 ///     FerryLoop                  event loops, TCP, worker threads, blocking hand-off
-///     C shims                    CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto CCurl;
+///     C shims                    CLibUV CLibPQ CHTTPParser CWslay CSodium CCrypto CCurl CMalloc;
 ///                                CFerryBuild (the build's commit), the one with code
 ///
 /// FerryLoad and ferry-load, the load generator, sit beside the gateway on FerryLoop,
@@ -47,6 +47,8 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         // No pkgConfig: Apple platforms ship sqlite3.h and libsqlite3 without a .pc file.
         .systemLibrary(name: "CSQLite", providers: [.apt(["libsqlite3-dev"])]),
+        /// glibc's allocator settings (`mallopt`, `malloc_trim`), from libc6-dev's malloc.h.
+        .systemLibrary(name: "CMalloc", providers: [.apt(["libc6-dev"])]),
 
         // MARK: - Ferry
         /// The build's commit, as a C string: the one value a build can hand the code.
@@ -62,6 +64,7 @@ let package = Package(
             dependencies: [
                 "FerryLoop", "FerryJSON", "FerryCommandLine", "FerryHTTP", "FerryPostgres", "FerryAuth", "CFerryBuild",
                 "CCurl",
+                "CMalloc",
             ]
         ),
         .executableTarget(

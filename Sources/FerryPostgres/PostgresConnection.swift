@@ -53,6 +53,15 @@ public final class PostgresConnection {
     /// Whether operations may still succeed (not broken, not closed).
     public var isUsable: Bool { machine.isUsable }
 
+    /// Whether this connection sent parameters or read a result of more than
+    /// ``largeBufferBytes``: libpq grows its input and output buffers to the largest
+    /// message and never shrinks them, so such a connection keeps that memory for its
+    /// life. ``PostgresPool`` closes it on release instead of keeping it.
+    public private(set) var holdsLargeBuffers = false
+
+    /// A message past this size leaves its connection ``holdsLargeBuffers``.
+    public static let largeBufferBytes = 1 << 20
+
     /// Operations asked for and not yet completed.
     public var pendingOperations: Int { machine.pendingCount }
 
@@ -281,6 +290,8 @@ public final class PostgresConnection {
         case .prepare(let name, let sql, let count):
             return PQsendPrepare(connection, name, sql, Int32(count), nil) == 1
         case .execute(let statement):
+            let parameterBytes = statement.parameters.reduce(0) { $0 + ($1?.utf8.count ?? 0) }
+            if parameterBytes > Self.largeBufferBytes { holdsLargeBuffers = true }
             return withCStringArray(statement.parameters) { values in
                 let count = Int32(statement.parameters.count)
                 if let name = statement.preparedName {
@@ -330,7 +341,9 @@ public final class PostgresConnection {
         }
         deliverNotifications()
         while machine.isBusy, let connection = self.connection, PQisBusy(connection) == 0 {
-            perform(machine.resultReceived(LibPQ.event(from: PQgetResult(connection))))
+            let result = PQgetResult(connection)
+            if let result, PQresultMemorySize(result) > Self.largeBufferBytes { holdsLargeBuffers = true }
+            perform(machine.resultReceived(LibPQ.event(from: result)))
         }
         deliverNotifications()
     }

@@ -96,13 +96,16 @@ public final class PostgresPool {
         openIfNeeded()
     }
 
-    /// Gives back a leased connection. A broken one is closed and, if callers wait, replaced.
+    /// Gives back a leased connection. A broken one is closed and, if callers wait,
+    /// replaced; so is one that carried a large message
+    /// (``PostgresConnection/holdsLargeBuffers``), whose libpq buffers would otherwise
+    /// keep that much memory for as long as the pool keeps it.
     public func release(_ connection: PostgresConnection) {
         loop.preconditionInEventLoop()
         guard inUse.remove(ObjectIdentifier(connection)) != nil else {
             preconditionFailure("released a connection this pool did not lease")
         }
-        guard !closed, connection.isUsable else {
+        guard !closed, connection.isUsable, !connection.holdsLargeBuffers else {
             connection.onClose = nil
             connection.close()
             openIfNeeded()

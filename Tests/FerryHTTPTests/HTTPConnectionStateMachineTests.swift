@@ -322,6 +322,26 @@ private func get(_ path: String, close: Bool = false) -> String {
         #expect(harness.machine.deadline == 35 * second)
     }
 
+    @Test func aBodyThatKeepsComingIsAnswered408AtTheBodyTimeoutFromItsHead() {
+        var harness = Harness(head: 5 * second, idle: 20 * second)
+        harness.machine = HTTPConnectionStateMachine(
+            limits: HTTPLimits(), timeouts: .init(head: 5 * second, idle: 20 * second, body: 30 * second), now: 0)
+        harness.now = 1 * second
+        _ = harness.read("POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\na")
+        // A byte every 10 s: the idle deadline moves, the body's does not.
+        for at in [11, 21] {
+            harness.now = UInt64(at) * second
+            _ = harness.read("b")
+        }
+        #expect(harness.machine.deadline == 31 * second)
+        #expect(harness.machine.timerFired(now: 30 * second) == .wait)
+        #expect(harness.drain() == [])
+        harness.now = 31 * second
+        #expect(harness.machine.timerFired(now: 31 * second) == .wait)
+        #expect(harness.drain() == [.write(status: 408, sequence: 0, closes: true), .closeAfterWrites])
+        #expect(harness.read("cdefg") == [], "bytes after the 408 are dropped")
+    }
+
     // MARK: - End of input, shutdown, upgrade
 
     @Test func peerHalfCloseStillGetsItsAnswersThenCloses() {

@@ -7,6 +7,8 @@ import Testing
 enum Decoded: Equatable {
     case request(method: HTTPMethod, path: String, query: String?, body: String, keepAlive: Bool)
     case error(HTTPRequestError)
+    /// Refused at its head (``HeadAdmission``), with this status.
+    case refused(status: Int)
 }
 
 /// Feeds `chunks` one after another, decoding every request they hold.
@@ -20,13 +22,16 @@ func decode(_ chunks: [[UInt8]], limits: HTTPLimits = HTTPLimits()) -> [Decoded]
             offset += consumed
             switch event {
             case .needMoreBytes: continue
-            case .request(let request, _):
+            case .request(let request, _, _):
                 results.append(
                     .request(
                         method: request.method, path: request.path, query: request.query,
                         body: String(decoding: request.body, as: UTF8.self), keepAlive: request.keepAlive))
             case .error(let error):
                 results.append(.error(error))
+                break outer
+            case .refused(let response):
+                results.append(.refused(status: response.status.code))
                 break outer
             }
         }
@@ -48,7 +53,7 @@ private let chunked =
         let bytes = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trace: a\r\nx-trace: b\r\n\r\n".utf8)
         let (consumed, event) = bytes.withUnsafeBytes { decoder.decode($0) }
         #expect(consumed == bytes.count)
-        guard case .request(let request, let isHTTP10) = event else {
+        guard case .request(let request, let isHTTP10, _) = event else {
             Issue.record("expected a request, got \(event)")
             return
         }
@@ -82,7 +87,7 @@ private let chunked =
         while offset < bytes.count {
             let (consumed, event) = bytes[offset...].withUnsafeBytes { decoder.decode($0) }
             offset += consumed
-            guard case .request(let request, _) = event else { continue }
+            guard case .request(let request, _, _) = event else { continue }
             requests.append(request)
         }
         #expect(
@@ -134,7 +139,9 @@ private let chunked =
         var request: HTTPRequest?
         for chunk in ["GET / HTTP/1.1\r\nAuthor", "ization: Bea", "rer abc\r\nX-Empty:\r\nX-Last: z\r\n\r\n"] {
             let bytes = Array(chunk.utf8)
-            if case .request(let decoded, _) = bytes.withUnsafeBytes({ decoder.decode($0) }).event { request = decoded }
+            if case .request(let decoded, _, _) = bytes.withUnsafeBytes({ decoder.decode($0) }).event {
+                request = decoded
+            }
         }
         #expect(request?.headers["authorization"] == "Bearer abc")
         #expect(request?.headers["x-empty"] == "")

@@ -50,7 +50,7 @@ import Testing
             Issue.record("a target with bytes that are not UTF-8 was accepted")
             return
         }
-        guard case .request(let request, _) = decode(Array("/caf\u{e9}?q=\u{e9}".utf8)) else {
+        guard case .request(let request, _, _) = decode(Array("/caf\u{e9}?q=\u{e9}".utf8)) else {
             Issue.record("a UTF-8 target was refused")
             return
         }

@@ -65,6 +65,34 @@ func makePool(
         }
     }
 
+    @Test func aConnectionThatCarriedALargeMessageIsClosedOnReleaseAndSmallOnesAreKept() async throws {
+        try await TestDatabase.with { database in
+            try await withLoop { loop in
+                let pool = try await makePool(on: loop, database.configuration, maxConnections: 1)
+                func backend(_ sql: String, _ parameters: [String?] = []) async throws -> String? {
+                    try await onLoop(loop) { done in pool.value.query(sql, parameters) { done($0) } }.get()[0, "pid"]
+                }
+                let first = try await backend("select pg_backend_pid() as pid")
+                #expect(try await backend("select pg_backend_pid() as pid") == first, "a small query kept it")
+                // A parameter past the bound: libpq's output buffer grew to hold it.
+                let big = String(repeating: "x", count: PostgresConnection.largeBufferBytes + 1)
+                #expect(try await backend("select pg_backend_pid() as pid, length($1)", [big]) == first)
+                let second = try await backend("select pg_backend_pid() as pid")
+                #expect(second != first, "the connection that sent a large parameter was kept")
+                // A result past the bound: its input buffer grew to hold it.
+                #expect(
+                    try await backend(
+                        "select pg_backend_pid() as pid, repeat('y', \(PostgresConnection.largeBufferBytes + 1))")
+                        == second)
+                #expect(try await backend("select pg_backend_pid() as pid") != second)
+                try await onLoop(loop) { done in
+                    pool.value.close()
+                    done(())
+                }
+            }
+        }
+    }
+
     @Test func brokenConnectionIsReplacedAndTheNextQuerySucceeds() async throws {
         try await TestDatabase.with { database in
             try await withLoop { loop in

@@ -95,10 +95,12 @@ public final class Gateway: Sendable {
         limits.maxBodyBytes = configuration.maxBodyBytes
         limits.maxUnsentBytes = configuration.maxUnsentBytes
         limits.pathBodyLimits = [watermelonRoutes.bodyLimit]
+        limits.maxBufferedBodyBytes = configuration.bodyBufferBytes
         var http = HTTPServerConfiguration(
             host: configuration.host, port: configuration.port, limits: limits,
             headTimeout: .seconds(configuration.headerTimeoutSeconds),
-            idleTimeout: .seconds(configuration.idleTimeoutSeconds))
+            idleTimeout: .seconds(configuration.idleTimeoutSeconds),
+            bodyTimeout: .seconds(configuration.bodyTimeoutSeconds))
         http.sharesPort = configuration.sharesPort
         let routes = OperationsRoutes(contexts: contexts, listenerStatus: listenerStatus, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
@@ -131,6 +133,7 @@ public final class Gateway: Sendable {
     public func start() throws -> SocketAddress {
         // A peer that closes while we write must be an EPIPE error, not a signal that kills us.
         signal(SIGPIPE, SIG_IGN)
+        MemoryReturn.configure()
         let address = try server.start()
         let listener = self.listener
         let logger = self.logger

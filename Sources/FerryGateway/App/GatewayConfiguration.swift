@@ -41,6 +41,11 @@ public struct GatewayConfiguration: Sendable {
     public var headerTimeoutSeconds: Int
     /// Seconds an idle keep-alive connection stays open.
     public var idleTimeoutSeconds: Int
+    /// Seconds a request body may take from its head, however steadily it arrives
+    /// (then `408`).
+    public var bodyTimeoutSeconds: Int
+    /// Request body bytes the process holds at once over every connection (more: `503`).
+    public var bodyBufferBytes: Int
     /// Bytes of answers one connection may have waiting for its client before the
     /// gateway stops reading it (every connection, streams included).
     public var maxUnsentBytes: Int
@@ -153,6 +158,12 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "idle-timeout", env: "FERRY_IDLE_TIMEOUT", default: "75",
             help: "seconds an idle keep-alive connection stays open"),
+        Setting(
+            "body-timeout", env: "FERRY_BODY_TIMEOUT", default: "60",
+            help: "seconds a request body may take from its head, whatever its pace (then 408)"),
+        Setting(
+            "body-buffer-bytes", env: "FERRY_BODY_BUFFER_BYTES", default: "67108864",
+            help: "request body bytes held at once over all connections (more: 503 with Retry-After)"),
         Setting(
             "max-unsent-bytes", env: "FERRY_MAX_UNSENT_BYTES", default: "262144",
             help: "bytes of answers a connection may have waiting for its client; past it reading stops"),
@@ -278,6 +289,8 @@ public struct GatewayConfiguration: Sendable {
         maxPushMutations = try values.integer("max-push-mutations", in: 1...1_000_000)!
         headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!
         idleTimeoutSeconds = try values.integer("idle-timeout", in: 1...86_400)!
+        bodyTimeoutSeconds = try values.integer("body-timeout", in: 1...86_400)!
+        bodyBufferBytes = try values.integer("body-buffer-bytes", in: 1024...(1 << 40))!
         shutdownTimeoutSeconds = try values.integer("shutdown-timeout", in: 0...3600)!
         accessTokenSeconds = try values.integer("access-token-ttl", in: 60...86_400)!
         tokenLeewaySeconds = try values.integer("token-leeway", in: 0...300)!
@@ -295,6 +308,15 @@ public struct GatewayConfiguration: Sendable {
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
         watermelonMaxBodyBytes = try values.integer("watermelon-max-body-bytes", in: 1024...(1 << 30))!
         watermelonMaxPushRecords = try values.integer("watermelon-max-push-records", in: 1...1_000_000)!
+        // A body the budget can never hold could never be taken.
+        for flag in ["max-body-bytes", "watermelon-max-body-bytes"] {
+            let limit = flag == "max-body-bytes" ? maxBodyBytes : watermelonMaxBodyBytes
+            guard limit <= bodyBufferBytes else {
+                throw SettingsError(
+                    "invalid \(values.name(flag)): \(limit) is over \(values.name("body-buffer-bytes")) (\(bodyBufferBytes)), the request bytes the gateway holds at once"
+                )
+            }
+        }
         streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!

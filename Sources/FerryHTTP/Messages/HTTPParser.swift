@@ -10,13 +10,25 @@ import CHTTPParser
 /// The parser pauses itself after each complete message, so one `execute` yields at
 /// most one request and the caller chooses whether to go on (pipelining bound).
 /// A callback also halts the parser when a limit is crossed, so an oversized part is
-/// never buffered.
+/// never buffered, and when the head is refused (``HeadAdmission``): the route's head
+/// check, the body budget, or a target that is not UTF-8, so no byte of such a
+/// request's body is buffered.
 ///
 /// A class because the C parser must not move and reaches its owner through
 /// `parser.data` (unretained: the parser is owned by this object). One connection, one loop.
 final class HTTPParser {
     /// Which limit a callback saw crossed.
     enum LimitExceeded { case url, headers, body }
+
+    /// Why a callback halted the parser on a request within the limits.
+    enum Refusal {
+        /// The request target is not UTF-8 (http-parser lets bytes over 0x7F through).
+        case targetNotUTF8
+        /// The route's head check answered instead of the handler.
+        case headCheck(HTTPResponse)
+        /// The body would take the server's body bytes over its budget.
+        case bodyBuffer
+    }
 
     /// Where the current message is.
     enum Progress: Equatable {
@@ -30,6 +42,7 @@ final class HTTPParser {
 
     private let parser: UnsafeMutablePointer<http_parser>
     private let limits: HTTPLimits
+    private let admission: HeadAdmission
     /// The most body bytes reserved from `Content-Length` before they arrive: the
     /// declared length is the client's word, so a bigger body grows as it comes.
     static let maximumBodyReservation = 64 << 10
@@ -58,13 +71,20 @@ final class HTTPParser {
     private(set) var messageComplete = false
     /// Set by a callback that halted the parser because a limit was crossed.
     private(set) var limitExceeded: LimitExceeded?
+    /// Set by a callback that halted the parser because the head was refused.
+    private(set) var refusal: Refusal?
+    /// Bytes of the current message's body charged to the budget (``HeadAdmission/budget``):
+    /// its `Content-Length`, or its chunks so far.
+    private(set) var chargedBytes = 0
+    private var lengthCharged = false
     /// The path limit of the message being read (set when its head is complete), or nil
     /// when ``HTTPLimits/maxBodyBytes`` applies.
     private(set) var pathBodyLimit: PathBodyLimit?
     private var maxBodyBytes: Int
 
-    init(limits: HTTPLimits) {
+    init(limits: HTTPLimits, admission: HeadAdmission = .none) {
         self.limits = limits
+        self.admission = admission
         maxBodyBytes = limits.maxBodyBytes
         parser = .allocate(capacity: 1)
         http_parser_init(parser, HTTP_REQUEST)
@@ -96,10 +116,12 @@ final class HTTPParser {
         if errno == HPE_PAUSED { http_parser_pause(parser, 0) }
     }
 
-    /// Hands out the finished message's parts and resets for the next message.
-    func takeMessage() -> (url: [UInt8], headers: HTTPHeaders, body: [UInt8]) {
+    /// Hands out the finished message's parts and resets for the next message. The
+    /// body's charge (``chargedBytes``) goes with it: the caller releases it.
+    func takeMessage() -> (url: [UInt8], headers: HTTPHeaders, body: [UInt8], charged: Int) {
         precondition(messageComplete, "takeMessage before on_message_complete")
         messageComplete = false
+        let charged = chargedBytes
         defer {
             // The URL buffer is reused (its bytes become Strings); headers and body
             // move out with the request, so fresh ones are needed anyway.
@@ -112,8 +134,32 @@ final class HTTPParser {
             isUpgrade = false
             pathBodyLimit = nil
             maxBodyBytes = limits.maxBodyBytes
+            chargedBytes = 0
+            lengthCharged = false
         }
-        return (url, headers, body)
+        return (url, headers, body, charged)
+    }
+
+    /// Gives back what the current message's body was charged: the message will never
+    /// complete (refused, timed out, or its connection closed).
+    func releaseCharge() {
+        admission.budget?.release(chargedBytes)
+        chargedBytes = 0
+    }
+
+    /// Gives back a charge ``takeMessage()`` handed out.
+    func release(_ charged: Int) { admission.budget?.release(charged) }
+
+    /// The path and query of a request target, or nil when it is not UTF-8. Origin-form
+    /// targets only; a fragment is never sent but is dropped if it is.
+    static func split(target url: [UInt8]) -> (path: String, query: String?)? {
+        if url.contains(where: { $0 >= 0x80 }) && String(validating: url, as: UTF8.self) == nil { return nil }
+        var end = url.endIndex
+        if let hash = url.firstIndex(of: UInt8(ascii: "#")) { end = hash }
+        let question = url[..<end].firstIndex(of: UInt8(ascii: "?"))
+        let path = String(decoding: url[..<(question ?? end)], as: UTF8.self)
+        let query = question.map { String(decoding: url[($0 + 1)..<end], as: UTF8.self) }
+        return (path, query)
     }
 
     // MARK: - Recording (called from the C callbacks)
@@ -186,14 +232,44 @@ final class HTTPParser {
         maxBodyBytes = pathBodyLimit?.maxBytes ?? limits.maxBodyBytes
         // content_length is ULLONG_MAX when the request has no Content-Length.
         let declared = parser.pointee.content_length
+        let isChunked = parser.pointee.flags & UInt32(F_CHUNKED.rawValue) != 0
         if declared != UInt64.max {
             guard declared <= UInt64(maxBodyBytes) else {
                 limitExceeded = .body
                 return -1
             }
+        }
+        guard let target = Self.split(target: url) else {
+            refusal = .targetNotUTF8
+            return -1
+        }
+        let hasBody = isChunked || (declared != UInt64.max && declared > 0)
+        if hasBody || expectsContinue, let check = admission.headCheck?(method, target.path) {
+            let head = HTTPRequest(
+                method: method, path: target.path, query: target.query, headers: headers,
+                remoteAddress: admission.remoteAddress, keepAlive: keepAlive, isUpgrade: isUpgrade)
+            if let response = check(head) {
+                refusal = .headCheck(response)
+                return -1
+            }
+        }
+        if declared != UInt64.max && declared > 0 {
+            guard charge(Int(declared)) else { return -1 }
+            lengthCharged = true
             body.reserveCapacity(Int(min(declared, UInt64(Self.maximumBodyReservation))))
         }
         return 0
+    }
+
+    /// Charges `bytes` more to the budget; false, with the refusal set, when it is full.
+    private func charge(_ bytes: Int) -> Bool {
+        guard let budget = admission.budget else { return true }
+        guard budget.reserve(bytes) else {
+            refusal = .bodyBuffer
+            return false
+        }
+        chargedBytes += bytes
+        return true
     }
 
     private func recordBody(_ bytes: UnsafeRawBufferPointer) -> Int32 {
@@ -201,6 +277,8 @@ final class HTTPParser {
             limitExceeded = .body
             return 1
         }
+        // A chunked body is charged as it comes; a body with a length was charged whole.
+        if !lengthCharged && !charge(bytes.count) { return 1 }
         body.append(contentsOf: bytes)
         return 0
     }

@@ -13,6 +13,12 @@ public enum HTTPRequestError: Error, Equatable, Sendable {
     case uriTooLong
     /// The header fields exceed ``HTTPLimits/maxHeaderBytes`` (`431 headers_too_large`).
     case headersTooLarge
+    /// The body would take the server over ``HTTPLimits/maxBufferedBodyBytes`` (`503
+    /// unavailable`, `Retry-After: 1`).
+    case bodyBufferFull
+    /// The body did not arrive whole within the body timeout
+    /// (``HTTPServerConfiguration/bodyTimeout``): `408 request_timeout`.
+    case bodyTimeout
 
     /// The error response the client gets before the connection closes.
     public var response: HTTPResponse {
@@ -27,7 +33,22 @@ public enum HTTPRequestError: Error, Equatable, Sendable {
             .error(status: .uriTooLong, code: "uri_too_long", message: "request URL is too long")
         case .headersTooLarge:
             .error(status: .headersTooLarge, code: "headers_too_large", message: "request headers are too large")
+        case .bodyBufferFull:
+            Self.retryLater(
+                .error(
+                    status: .serviceUnavailable, code: "unavailable",
+                    message: "the server holds as many request bodies as it may: retry shortly"))
+        case .bodyTimeout:
+            .error(
+                status: .requestTimeout, code: "request_timeout",
+                message: "the request body did not arrive in time")
         }
+    }
+
+    private static func retryLater(_ response: HTTPResponse) -> HTTPResponse {
+        var response = response
+        response.headers.add(name: "Retry-After", value: "1")
+        return response
     }
 }
 
@@ -41,18 +62,29 @@ struct HTTPRequestDecoder {
     enum Event {
         /// Every byte given was consumed; the message is not complete yet.
         case needMoreBytes
-        /// A complete request. The bytes after it (if any) were not consumed.
-        case request(HTTPRequest, isHTTP10: Bool)
+        /// A complete request. The bytes after it (if any) were not consumed. `charged` is
+        /// what its body holds of the budget: give it back (``release(_:)``) once answered.
+        case request(HTTPRequest, isHTTP10: Bool, charged: Int)
         /// The bytes are not an acceptable request; nothing more can be decoded.
         case error(HTTPRequestError)
+        /// The route's head check answered the request at its head (``HeadAdmission``);
+        /// nothing more can be decoded.
+        case refused(HTTPResponse)
     }
 
     private let parser: HTTPParser
     private var failed = false
 
-    init(limits: HTTPLimits) {
-        parser = HTTPParser(limits: limits)
+    init(limits: HTTPLimits, admission: HeadAdmission = .none) {
+        parser = HTTPParser(limits: limits, admission: admission)
     }
+
+    /// Gives back a completed request's charge (``Event/request(_:isHTTP10:charged:)``).
+    func release(_ charged: Int) { parser.release(charged) }
+
+    /// The request being read will never complete (timed out, or its connection closed):
+    /// gives back what its body holds of the budget.
+    func abandon() { parser.releaseCharge() }
 
     /// Where the message being decoded is (idle between messages).
     var progress: HTTPParser.Progress { parser.progress }
@@ -76,13 +108,17 @@ struct HTTPRequestDecoder {
                 return (consumed, .error(.malformed("unsupported HTTP version")))
             }
             parser.resume()
-            guard let request = makeRequest() else {
-                failed = true
-                return (consumed, .error(.malformed("the request target is not UTF-8")))
-            }
-            return (consumed, .request(request, isHTTP10: parser.isHTTP10))
+            let (request, charged) = makeRequest()
+            return (consumed, .request(request, isHTTP10: parser.isHTTP10, charged: charged))
         default:
             failed = true
+            parser.releaseCharge()
+            switch parser.refusal {
+            case .targetNotUTF8: return (consumed, .error(.malformed("the request target is not UTF-8")))
+            case .headCheck(let response): return (consumed, .refused(response))
+            case .bodyBuffer: return (consumed, .error(.bodyBufferFull))
+            case nil: break
+            }
             switch parser.limitExceeded {
             case .url: return (consumed, .error(.uriTooLong))
             case .headers: return (consumed, .error(.headersTooLarge))
@@ -98,20 +134,15 @@ struct HTTPRequestDecoder {
         }
     }
 
-    /// The request just completed; nil when its target is not UTF-8 (http-parser lets
-    /// bytes over 0x7F through, and the path must reach the router as sent).
-    private func makeRequest() -> HTTPRequest? {
+    /// The request just completed, with its body's charge. Its target is UTF-8: the
+    /// parser refused it at the head otherwise (the path must reach the router as sent).
+    private func makeRequest() -> (HTTPRequest, charged: Int) {
         let isUpgrade = parser.isUpgrade
-        let (url, headers, body) = parser.takeMessage()
-        if url.contains(where: { $0 >= 0x80 }) && String(validating: url, as: UTF8.self) == nil { return nil }
-        // Origin-form targets only; a fragment is never sent but is dropped if it is.
-        var end = url.endIndex
-        if let hash = url.firstIndex(of: UInt8(ascii: "#")) { end = hash }
-        let question = url[..<end].firstIndex(of: UInt8(ascii: "?"))
-        let path = String(decoding: url[..<(question ?? end)], as: UTF8.self)
-        let query = question.map { String(decoding: url[($0 + 1)..<end], as: UTF8.self) }
-        return HTTPRequest(
-            method: parser.method, path: path, query: query, headers: headers, body: body,
+        let (url, headers, body, charged) = parser.takeMessage()
+        let target = HTTPParser.split(target: url)!
+        let request = HTTPRequest(
+            method: parser.method, path: target.path, query: target.query, headers: headers, body: body,
             keepAlive: parser.keepAlive && !isUpgrade, isUpgrade: isUpgrade)
+        return (request, charged)
     }
 }

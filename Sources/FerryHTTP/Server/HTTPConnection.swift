@@ -35,7 +35,9 @@ final class HTTPConnection: TCPConnectionDelegate {
         self.home = home
         now = MonotonicClock.now()
         remoteAddress = tcp.remoteAddress
-        machine = HTTPConnectionStateMachine(limits: home.limits, timeouts: home.timeouts, now: now)
+        machine = HTTPConnectionStateMachine(
+            limits: home.limits, timeouts: home.timeouts, now: now,
+            admission: HeadAdmission(headCheck: home.headChecks, budget: home.budget, remoteAddress: remoteAddress))
         timer = Timer(loop: tcp.loop)
         // The socket stops reading past the same bound on its own, which also holds once
         // a stream has taken the connection over.

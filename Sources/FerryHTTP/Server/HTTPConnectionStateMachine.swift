@@ -21,13 +21,20 @@
 ///
 /// Timeouts (one deadline at a time, see ``deadline``): from connection open, and from
 /// the first byte of each later request, the head must complete within the head
-/// timeout; a body must make progress within the idle timeout; a connection with
+/// timeout; a body must make progress within the idle timeout, and arrive whole within
+/// the body timeout from its head (or from its `100 Continue`), else it is answered
+/// `408 request_timeout` and the connection closes; a connection with
 /// nothing in flight is closed after the idle timeout; so is a connection over the write
 /// bound whose client takes none of its bytes for the idle timeout, whatever is in
 /// flight, and one that closes after its last answer while its client takes none of
-/// what is left of it (a close after writes waits for the client to read them). Expiry
-/// closes the socket without a response: a client this slow is usually not reading
-/// either.
+/// what is left of it (a close after writes waits for the client to read them). Expiry,
+/// but for the body timeout's, closes the socket without a response: a client this slow
+/// is usually not reading either.
+///
+/// Admission (``HeadAdmission``): when a head is complete and a body follows, the route's
+/// head check and the body budget decide before a byte of the body is read; a refusal is
+/// that request's answer and the connection closes after it. A body's charge to the
+/// budget is given back once its answer is written or the connection closes.
 struct HTTPConnectionStateMachine {
     /// What the owner must do next.
     enum Action {
@@ -74,6 +81,8 @@ struct HTTPConnectionStateMachine {
     struct Timeouts {
         var head: UInt64
         var idle: UInt64
+        /// How long a body may take from its head, whatever its pace.
+        var body: UInt64 = .max / 4
     }
 
     private enum Lifecycle {
@@ -101,6 +110,8 @@ struct HTTPConnectionStateMachine {
         var isHTTP10: Bool
         var keepAlive: Bool
         var receivedAt: UInt64
+        /// What the request's body holds of the budget until its answer is written.
+        var charged = 0
     }
 
     private var decoder: HTTPRequestDecoder
@@ -136,10 +147,12 @@ struct HTTPConnectionStateMachine {
     /// When the head being read started; the connection's open counts for the first request.
     private var headStartedAt: UInt64?
     private var bodyProgressAt: UInt64 = 0
+    /// When the body being read started (its head completed, or its `100 Continue` went out).
+    private var bodyStartedAt: UInt64?
 
     /// A machine for a connection opened at `now`, which the owner has started reading.
-    init(limits: HTTPLimits, timeouts: Timeouts, now: UInt64) {
-        decoder = HTTPRequestDecoder(limits: limits)
+    init(limits: HTTPLimits, timeouts: Timeouts, now: UInt64, admission: HeadAdmission = .none) {
+        decoder = HTTPRequestDecoder(limits: limits, admission: admission)
         maxPipelined = limits.maxPipelinedRequests
         maxUnsent = limits.maxUnsentBytes
         self.timeouts = timeouts
@@ -205,6 +218,7 @@ struct HTTPConnectionStateMachine {
             idleSince = now
             bodyProgressAt = now
             if headStartedAt != nil { headStartedAt = now }
+            if bodyStartedAt != nil { bodyStartedAt = now }
         }
     }
 
@@ -214,12 +228,31 @@ struct HTTPConnectionStateMachine {
         inputHasEnded = true
     }
 
-    /// The connection's timer fired. Returns ``Action/close`` when the deadline has passed.
+    /// The connection's timer fired. Returns ``Action/close`` when the deadline has passed,
+    /// but for a body past the body timeout: that one is answered `408` (the next actions)
+    /// and the connection closes after it.
     mutating func timerFired(now: UInt64) -> Action {
         self.now = now
         guard let deadline, now >= deadline else { return .wait }
+        if isPastBodyTimeout {
+            decoder.abandon()
+            bodyStartedAt = nil
+            slots.append(
+                Slot(
+                    response: HTTPRequestError.bodyTimeout.response, isHTTP10: false, keepAlive: false, receivedAt: now)
+            )
+            lifecycle = .draining
+            return .wait
+        }
         lifecycle = .closed
         return .close
+    }
+
+    private var isPastBodyTimeout: Bool {
+        guard lifecycle == .open, !isBackedUp, slots.isEmpty, decoder.progress == .body, let bodyStartedAt else {
+            return false
+        }
+        return now >= bodyStartedAt + timeouts.body
     }
 
     /// The server is shutting down: read no more requests, answer those in flight (the
@@ -237,11 +270,18 @@ struct HTTPConnectionStateMachine {
         }
     }
 
-    /// The socket closed (from either side). Pending answers will be ignored.
+    /// The socket closed (from either side). Pending answers will be ignored, and what
+    /// their bodies held of the budget is given back.
     mutating func closed() {
         lifecycle = .closed
-        slots = []
+        releaseCharges()
         stash = []
+    }
+
+    private mutating func releaseCharges() {
+        for slot in slots { decoder.release(slot.charged) }
+        slots = []
+        decoder.abandon()
     }
 
     /// Hands the connection over to another protocol in answer to request `sequence`.
@@ -255,7 +295,7 @@ struct HTTPConnectionStateMachine {
             decoder.progress == .idle || upgradePending
         else { return nil }
         lifecycle = .upgraded
-        slots = []
+        releaseCharges()
         defer { stash = [] }
         return stash
     }
@@ -298,8 +338,10 @@ struct HTTPConnectionStateMachine {
             }
             if lifecycle == .open && !isBackedUp && slots.isEmpty && !continueSent && decoder.awaitsContinue {
                 continueSent = true
-                // The 100 carries the acknowledgement.
+                // The 100 carries the acknowledgement; the body's clocks start with it.
                 acknowledgePending = false
+                bodyStartedAt = now
+                bodyProgressAt = now
                 return .writeContinue
             }
             if acknowledgePending && lifecycle == .open {
@@ -331,7 +373,7 @@ struct HTTPConnectionStateMachine {
         guard lifecycle == .open, slots.isEmpty else { return nil }
         switch decoder.progress {
         case .head: return (headStartedAt ?? now) + timeouts.head
-        case .body: return bodyProgressAt + timeouts.idle
+        case .body: return min(bodyProgressAt + timeouts.idle, (bodyStartedAt ?? now) + timeouts.body)
         // Before the first answer, idle means the first head has not begun: the head timeout runs from open.
         case .idle: return idleSince + (servedAny ? timeouts.idle : timeouts.head)
         }
@@ -351,12 +393,13 @@ struct HTTPConnectionStateMachine {
             switch event {
             case .needMoreBytes:
                 break
-            case .request(let request, let isHTTP10):
+            case .request(let request, let isHTTP10, let charged):
                 slots.append(
                     Slot(
                         request: request, method: request.method, isHTTP10: isHTTP10,
-                        keepAlive: request.keepAlive, receivedAt: now))
+                        keepAlive: request.keepAlive, receivedAt: now, charged: charged))
                 headStartedAt = nil
+                bodyStartedAt = nil
                 continueSent = false
                 if request.isUpgrade {
                     upgradePending = true
@@ -368,11 +411,16 @@ struct HTTPConnectionStateMachine {
                 slots.append(
                     Slot(response: error.response, isHTTP10: false, keepAlive: false, receivedAt: now))
                 lifecycle = .draining
+            case .refused(let response):
+                slots.append(Slot(response: response, isHTTP10: false, keepAlive: false, receivedAt: now))
+                lifecycle = .draining
             }
         }
         switch decoder.progress {
         case .head where headStartedAt == nil: headStartedAt = now
-        case .body: bodyProgressAt = now
+        case .body:
+            bodyProgressAt = now
+            if bodyStartedAt == nil { bodyStartedAt = now }
         default: break
         }
         return offset
@@ -404,6 +452,7 @@ struct HTTPConnectionStateMachine {
 
     private mutating func popHeadOfLine() -> ResponseContext {
         let slot = slots.removeFirst()
+        decoder.release(slot.charged)
         let sequence = firstSequence
         firstSequence += 1
         nextDispatch -= 1

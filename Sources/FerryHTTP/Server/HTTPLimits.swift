@@ -23,12 +23,19 @@ public struct HTTPLimits: Sendable, Equatable {
     /// to its path: a route that takes larger bodies than the rest. The limit is known
     /// once the head is read, so a body is refused before it is buffered. Default none.
     public var pathBodyLimits: [PathBodyLimit]
+    /// The most body bytes the server holds at once over all its connections (a
+    /// ``BodyBudget``): bodies being received and bodies whose answer is not written yet.
+    /// A request whose body would go over it is answered `503 unavailable` with
+    /// `Retry-After: 1` before its body is read, and its connection closes. At least
+    /// ``maxBodyBytes`` and every path's limit, or such a body could never be taken.
+    /// Default 64 MiB.
+    public var maxBufferedBodyBytes: Int
 
     /// Creates limits; every argument defaults to PROTOCOL.md's figure.
     public init(
         maxBodyBytes: Int = 1 << 20, maxHeaderBytes: Int = 16 << 10, maxHeaderFields: Int = 100,
         maxURLBytes: Int = 8 << 10, maxPipelinedRequests: Int = 16, maxUnsentBytes: Int = 256 << 10,
-        pathBodyLimits: [PathBodyLimit] = []
+        pathBodyLimits: [PathBodyLimit] = [], maxBufferedBodyBytes: Int = 64 << 20
     ) {
         precondition(
             maxBodyBytes >= 0 && maxHeaderBytes > 0 && maxHeaderFields > 0 && maxURLBytes > 0,
@@ -43,6 +50,8 @@ public struct HTTPLimits: Sendable, Equatable {
         self.maxUnsentBytes = maxUnsentBytes
         precondition(pathBodyLimits.allSatisfy { $0.maxBytes >= 0 }, "limits must be positive")
         self.pathBodyLimits = pathBodyLimits
+        precondition(maxBufferedBodyBytes >= 0, "limits must be positive")
+        self.maxBufferedBodyBytes = maxBufferedBodyBytes
     }
 
     /// The path limit for the request target `target` (the path and any query, as

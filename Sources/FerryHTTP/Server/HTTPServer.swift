@@ -48,8 +48,9 @@ public final class HTTPServer: Sendable {
         self.group = group
         self.makeRouter = router
         self.makeObserver = observer
+        let budget = BodyBudget(limit: configuration.limits.maxBufferedBodyBytes)
         loops = group.loops.map {
-            LoopBound(sending: HTTPServerLoop(loop: $0, configuration: configuration), loop: $0)
+            LoopBound(sending: HTTPServerLoop(loop: $0, configuration: configuration, budget: budget), loop: $0)
         }
     }
 
@@ -164,8 +165,12 @@ final class HTTPServerLoop {
     let limits: HTTPLimits
     let timeouts: HTTPConnectionStateMachine.Timeouts
     let date = HTTPDate()
+    /// The server's one bound on body bytes held, shared by every loop.
+    let budget: BodyBudget
     private let backlog: Int32
     private(set) var router = Router()
+    /// The head checks of ``router``'s routes, for every connection's ``HeadAdmission``.
+    private(set) var headChecks: ((HTTPMethod, String) -> HeadCheck?)?
     private(set) var observer: (any HTTPObserver)?
     private var listener: TCPListener?
     private var connections: [ObjectIdentifier: HTTPConnection] = [:]
@@ -173,10 +178,13 @@ final class HTTPServerLoop {
     private var onDrained: (() -> Void)?
     private var forceTimer: Timer?
 
-    init(loop: EventLoop, configuration: HTTPServerConfiguration) {
+    init(loop: EventLoop, configuration: HTTPServerConfiguration, budget: BodyBudget) {
         self.loop = loop
         limits = configuration.limits
-        timeouts = .init(head: configuration.headTimeout.nanoseconds, idle: configuration.idleTimeout.nanoseconds)
+        timeouts = .init(
+            head: configuration.headTimeout.nanoseconds, idle: configuration.idleTimeout.nanoseconds,
+            body: configuration.bodyTimeout.nanoseconds)
+        self.budget = budget
         backlog = configuration.backlog
     }
 
@@ -185,6 +193,7 @@ final class HTTPServerLoop {
     {
         self.router = router
         self.observer = observer
+        headChecks = { [unowned self] method, path in self.router.headCheck(method: method, path: path) }
         let listener = try TCPListener(loop: loop, address: address, reusePort: true, backlog: backlog) {
             [unowned self] tcp in accept(tcp)
         }

@@ -13,6 +13,11 @@ public struct HTTPServerConfiguration: Sendable {
     /// How long a keep-alive connection may sit with nothing in flight, and how long a
     /// request body may go without a byte, before the connection is closed.
     public var idleTimeout: Duration
+    /// How long a request body may take from its head (or its `100 Continue`), however
+    /// steadily it arrives: on expiry it is answered `408 request_timeout` and the
+    /// connection closes. Bounds how long a body holds its share of
+    /// ``HTTPLimits/maxBufferedBodyBytes``.
+    public var bodyTimeout: Duration
     /// The listen backlog of each loop's socket.
     public var backlog: Int32
     /// Whether other processes may serve the same address: every loop's socket has
@@ -24,13 +29,15 @@ public struct HTTPServerConfiguration: Sendable {
     /// Creates a configuration; the defaults suit a production gateway behind a balancer.
     public init(
         host: String = "0.0.0.0", port: Int = 8080, limits: HTTPLimits = HTTPLimits(),
-        headTimeout: Duration = .seconds(10), idleTimeout: Duration = .seconds(75), backlog: Int32 = 1024
+        headTimeout: Duration = .seconds(10), idleTimeout: Duration = .seconds(75),
+        bodyTimeout: Duration = .seconds(60), backlog: Int32 = 1024
     ) {
         self.host = host
         self.port = port
         self.limits = limits
         self.headTimeout = headTimeout
         self.idleTimeout = idleTimeout
+        self.bodyTimeout = bodyTimeout
         self.backlog = backlog
     }
 }

@@ -12,7 +12,12 @@ public enum Admission<Context> {
 
 /// Routes that share a first step, said once: the gate runs before every handler of the
 /// group and either hands it what it found (``Admission/admitted(_:)``) or answers the
-/// request itself (``Admission/refused(_:)``). Hummingbird's `RouterGroup` with a
+/// request itself (``Admission/refused(_:)``). It is also each route's ``HeadCheck``: a
+/// request that sends a body meets the gate when its head is complete, with no body yet,
+/// and a refusal then is the answer before any of the body is read (and the connection
+/// closes); the gate runs again on the whole request before the handler, since time has
+/// passed (a token may have expired while the body arrived). So a gate must decide from
+/// the head alone, and cheaply. Hummingbird's `RouterGroup` with a
 /// middleware, for "these routes need a user": the HTTP layer knows nothing of what the
 /// gate checks, only that its handlers receive the gate's `Context`.
 ///
@@ -30,7 +35,10 @@ public struct RouteGroup<Context> {
     /// gate admits them.
     public mutating func add(_ method: HTTPMethod, _ pattern: String, _ handler: @escaping GroupHandler<Context>) {
         let gate = self.gate
-        router.add(method, pattern) { request, responder in
+        let headCheck: HeadCheck = { request in
+            if case .refused(let response) = gate(request) { response } else { nil }
+        }
+        router.add(method, pattern, headCheck: headCheck) { request, responder in
             switch gate(request) {
             case .admitted(let context): handler(request, context, responder)
             case .refused(let response): responder.respond(response)

@@ -4,6 +4,14 @@ import Glibc
 /// at once or later (after a database query), exactly once.
 public typealias HTTPHandler = (HTTPRequest, HTTPResponder) -> Void
 
+/// A route's check of a request's head, run once the head is complete and before a byte
+/// of its body is read (the request it gets has no body and no path parameters): a
+/// response refuses the request (it is the answer, no `100 Continue` is sent and the
+/// connection closes after it), nil lets the body be read. It runs on the connection's
+/// loop and must answer at once. The handler still runs its own checks on the whole
+/// request: a head check only decides whether the body is worth reading.
+public typealias HeadCheck = (HTTPRequest) -> HTTPResponse?
+
 /// Maps method and path to a handler.
 ///
 /// Patterns are `/`-separated segments; a segment `:name` matches any one segment and
@@ -16,7 +24,8 @@ public typealias HTTPHandler = (HTTPRequest, HTTPResponder) -> Void
 /// `HEAD` route exists (the server drops the body).
 ///
 /// Routes that share a first step (a user must be known) are added through
-/// ``group(gate:_:)``: their handlers receive what the gate found.
+/// ``group(gate:_:)``: their handlers receive what the gate found, and the gate is also
+/// their head check (``HeadCheck``), so a request the gate refuses has none of its body read.
 ///
 /// Built once per loop before serving (see ``HTTPServer``); matching allocates only
 /// for captured parameters.
@@ -27,7 +36,14 @@ public struct Router {
     private struct Node {
         var literals: [(segment: [UInt8], node: Int)] = []
         var parameter: (name: String, node: Int)?
-        var routes: [(method: HTTPMethod, handler: HTTPHandler, pattern: String)] = []
+        var routes: [Route] = []
+    }
+
+    private struct Route {
+        var method: HTTPMethod
+        var handler: HTTPHandler
+        var pattern: String
+        var headCheck: HeadCheck?
     }
 
     /// What ``match(method:path:)`` found.
@@ -50,10 +66,13 @@ public struct Router {
 
     // MARK: - Registration
 
-    /// Serves `method` requests whose path matches `pattern` with `handler`.
+    /// Serves `method` requests whose path matches `pattern` with `handler`; a request that
+    /// sends a body (or asks for `100 Continue`) passes `headCheck` first, if given.
     ///
     /// Registering the same method and pattern twice is a programming error (traps).
-    public mutating func add(_ method: HTTPMethod, _ pattern: String, _ handler: @escaping HTTPHandler) {
+    public mutating func add(
+        _ method: HTTPMethod, _ pattern: String, headCheck: HeadCheck? = nil, _ handler: @escaping HTTPHandler
+    ) {
         var current = 0
         for segment in pattern.split(separator: "/") {
             if segment.first == ":" {
@@ -77,7 +96,7 @@ public struct Router {
         }
         precondition(
             !nodes[current].routes.contains { $0.method == method }, "route registered twice: \(method) \(pattern)")
-        nodes[current].routes.append((method, handler, pattern))
+        nodes[current].routes.append(Route(method: method, handler: handler, pattern: pattern, headCheck: headCheck))
     }
 
     /// Serves `GET` (and `HEAD`) requests for `pattern`.
@@ -93,6 +112,23 @@ public struct Router {
 
     // MARK: - Matching
 
+    /// The head check of the route `method` and `path` reach, nil when none does or it has
+    /// none (the server then reads the body and lets the handler answer).
+    public func headCheck(method: HTTPMethod, path: String) -> HeadCheck? {
+        var path = path
+        return path.withUTF8 { bytes in
+            var captured: [(name: String, start: Int, end: Int)] = []
+            guard let node = find(from: 0, in: bytes, at: 0, captured: &captured) else { return nil }
+            return Self.route(for: method, in: nodes[node].routes)?.headCheck
+        }
+    }
+
+    /// The route for `method` among a path's routes: `HEAD` falls back to `GET`.
+    private static func route(for method: HTTPMethod, in routes: [Route]) -> Route? {
+        routes.first(where: { $0.method == method })
+            ?? (method == .head ? routes.first(where: { $0.method == .get }) : nil)
+    }
+
     /// Finds the handler for `method` and `path` (the path without its query string).
     public func match(method: HTTPMethod, path: String) -> Match {
         var path = path
@@ -100,10 +136,7 @@ public struct Router {
             var captured: [(name: String, start: Int, end: Int)] = []
             guard let node = find(from: 0, in: bytes, at: 0, captured: &captured) else { return .notFound }
             let routes = nodes[node].routes
-            guard
-                let route = routes.first(where: { $0.method == method })
-                    ?? (method == .head ? routes.first(where: { $0.method == .get }) : nil)
-            else {
+            guard let route = Self.route(for: method, in: routes) else {
                 var allowed = routes.map(\.method)
                 if allowed.contains(.get) && !allowed.contains(.head) { allowed.append(.head) }
                 return .methodNotAllowed(allowed: allowed)
