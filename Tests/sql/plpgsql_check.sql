@@ -39,7 +39,7 @@ from pg_catalog.unnest(array[
     'ferry.claim_lock(text,text,boolean)', 'ferry.heartbeat_lock(text,text)', 'ferry.release_lock(text,text)',
     'ferry.move_user_rows(uuid,uuid)', 'ferry.push_mutations(jsonb,jsonb)',
     'ferry.register_table(regclass,text,name,jsonb)', 'ferry.restrict_lock_columns(regclass)',
-    'ferry.watermelon_write(regclass,text,name,pg_snapshot,jsonb,text[])']) f
+    'ferry.tombstone_delete()', 'ferry.watermelon_write(regclass,text,name,pg_snapshot,jsonb,text[])']) f
 union all
 -- column_default evaluates a column's default as the catalog holds it (pg_get_expr of an
 -- operator's migration), and only after checking its tree holds nothing but constants and

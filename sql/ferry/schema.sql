@@ -317,6 +317,7 @@ $$;
 CREATE FUNCTION ferry.delete_user_rows(p_user uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     t record;
@@ -597,6 +598,10 @@ begin
             ' for each statement execute function ferry.send_cues(%s)',
         p_table, v_argument);
     execute pg_catalog.format(
+        'create or replace trigger ferry_tombstone_delete before delete on %s for each row execute function ferry.tombstone_delete(%s)',
+        p_table, (select pg_catalog.string_agg(pg_catalog.quote_literal(k.name), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k));
+    execute pg_catalog.format(
         'create or replace trigger ferry_refuse_truncate before truncate on %s'
             ' for each statement execute function ferry.refuse_truncate()',
         p_table);
@@ -608,7 +613,7 @@ $$;
 -- Name: FUNCTION install_triggers(p_table regclass); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_triggers(p_table regclass) IS 'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues) and ferry_refuse_truncate. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_triggers(p_table regclass) IS 'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate. Called by ferry.register_table.';
 
 
 --
@@ -970,6 +975,7 @@ $$;
 CREATE FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     t record;
@@ -1180,6 +1186,7 @@ CREATE FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, 
 CREATE FUNCTION ferry.purge_tombstones(p_older_than interval, p_batch integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     v_table regclass;
@@ -2309,6 +2316,39 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key_columns text, OUT owner_column name) IS 'Registered tables clients write whose primary key leaves the owner column out (one key space for all users), unless their options have "global_key": true; ferry migrate warns about each.';
+
+
+--
+-- Name: tombstone_delete(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.tombstone_delete() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $_$
+declare
+    v_match text;
+begin
+    if coalesce(nullif(pg_catalog.current_setting('ferry.hard_delete', true), ''), 'off')::boolean then
+        return old;
+    end if;
+    if not old._deleted then
+        select pg_catalog.string_agg(pg_catalog.format('t.%1$I = ($1).%1$I', k.name), ' and ')
+            into v_match
+            from pg_catalog.unnest(tg_argv) k(name);
+        execute pg_catalog.format('update %I.%I t set _deleted = true where %s', tg_table_schema, tg_table_name, v_match)
+            using old;
+    end if;
+    return null;
+end
+$_$;
+
+
+--
+-- Name: FUNCTION tombstone_delete(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.tombstone_delete() IS 'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on.';
 
 
 --
@@ -3952,6 +3992,13 @@ GRANT ALL ON FUNCTION ferry.table_schema() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT key_columns text, OUT owner_column name) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION tombstone_delete(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.tombstone_delete() FROM PUBLIC;
 
 
 --

@@ -11,9 +11,10 @@
 -- reviving is left for the next run. No index on updated_at is made: each call scans
 -- each table for old tombstones. Each call also trims at most p_batch WatermelonDB
 -- timestamps as old, each device keeping its newest (ferry.trim_watermelon_cursors,
--- watermelon.sql); they are not counted in the answer.
+-- watermelon.sql); they are not counted in the answer. Its DELETEs are for good
+-- (ferry.hard_delete, deletes.sql), not tombstones of tombstones.
 create or replace function ferry.purge_tombstones(p_older_than interval, p_batch integer) returns bigint
-language plpgsql security definer set search_path = ''
+language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
 as $$
 declare
     v_table regclass;
