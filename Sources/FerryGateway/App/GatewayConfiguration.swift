@@ -66,6 +66,9 @@ public struct GatewayConfiguration: Sendable {
     public var watermelonMaxBodyBytes: Int
     /// Most records (created, updated and deleted) in one WatermelonDB push.
     public var watermelonMaxPushRecords: Int
+    /// Longest a streamed WatermelonDB pull answer may take, seconds: past it the answer
+    /// is cut short (the client sees a truncated body) and its transaction ends.
+    public var watermelonPullSeconds: Int
 
     /// Milliseconds between stream heartbeats (`heartbeat_ms` of `hello`).
     public var streamHeartbeatMilliseconds: Int
@@ -163,6 +166,9 @@ public struct GatewayConfiguration: Sendable {
             "watermelon-max-push-records", env: "FERRY_WATERMELON_MAX_PUSH_RECORDS", default: "20000",
             help: "most records in one WatermelonDB push (more: 413)"),
         Setting(
+            "watermelon-pull-seconds", env: "FERRY_WATERMELON_PULL_SECONDS", default: "600",
+            help: "longest a WatermelonDB pull answer may take to stream, seconds (longer: cut short)"),
+        Setting(
             "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
             help: "milliseconds between stream heartbeats (WebSocket ping, SSE comment)"),
         Setting(
@@ -229,6 +235,7 @@ public struct GatewayConfiguration: Sendable {
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
         watermelonMaxBodyBytes = try values.integer("watermelon-max-body-bytes", in: 1024...(1 << 30))!
         watermelonMaxPushRecords = try values.integer("watermelon-max-push-records", in: 1...1_000_000)!
+        watermelonPullSeconds = try values.integer("watermelon-pull-seconds", in: 1...86_400)!
         streamHeartbeatMilliseconds = try values.integer("stream-heartbeat-ms", in: 100...3_600_000)!
         streamTokenWarningSeconds = try values.integer("stream-token-warning", in: 1...3600)!
         streamMaxMessageBytes = try values.integer("stream-max-message-bytes", in: 256...(16 << 20))!

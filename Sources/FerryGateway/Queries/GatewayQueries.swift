@@ -7,7 +7,7 @@ enum GatewayQueries {
             SignUpAnonymous.self, RefreshSession.self, FindCredentials.self, SignIn.self, RecentRevocations.self,
             CurrentAccount.self, LinkEmail.self, SignOut.self, DeleteAccount.self,
             Push.self, Pull.self, TableSchema.self,
-            WatermelonPull.self, WatermelonPush.self,
+            WatermelonPullOpen.self, WatermelonPush.self,
             ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,
             SchemaVersion.self, PurgeTombstones.self,
         ]

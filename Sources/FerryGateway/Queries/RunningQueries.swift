@@ -17,20 +17,26 @@ extension LoopContext {
         _ query: Query, as identity: Identity, pushing bytes: Int = 0, answering responder: HTTPResponder,
         _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void
     ) {
-        if let refusal = requests.admit(identity, pushing: bytes) {
-            // Sent after its Retry-After: a client that retries at once anyway (a flood)
-            // then sends one request per connection per second, not thousands.
-            loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {
-                responder.respond(refusal.response)
-            }
-            return
-        }
+        guard admit(identity, pushing: bytes, answering: responder) else { return }
         let requests = self.requests
         pool.pipeline([identity.statement, query.statement]) { outcome in
             requests.finish(identity)
             // The identity statement's result is left out.
             completion(Query.decode(outcome.map { $0[1] }))
         }
+    }
+
+    /// Counts a request of `identity` in flight (``RequestsInFlight``), to be given back
+    /// with `requests.finish(identity)` once the database has answered; false when over
+    /// the device's or the user's limit, and then `responder` is answered `429`.
+    func admit(_ identity: Identity, pushing bytes: Int = 0, answering responder: HTTPResponder) -> Bool {
+        guard let refusal = requests.admit(identity, pushing: bytes) else { return true }
+        // Sent after its Retry-After: a client that retries at once anyway (a flood)
+        // then sends one request per connection per second, not thousands.
+        loop.schedule(after: UInt64(RequestsInFlight.retryAfterSeconds) * 1000) {
+            responder.respond(refusal.response)
+        }
+        return false
     }
 
     /// The answer to a query that failed (logged): ``databaseFailure(_:)`` for the

@@ -741,7 +741,7 @@ end
 $$;
 
 comment on function ferry.rebuild_generated_code() is
-    'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_read. Called at the end of sql/ferry/functions/registry.sql.';
+    'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_open. Called at the end of sql/ferry/functions/registry.sql.';
 
 -- MARK: - Grants
 
