@@ -7,12 +7,13 @@ import FerryPostgres
 /// One streamed answer to `GET /v1/watermelon/sync`: WatermelonDB's contract has no
 /// paging, so a big account's first sync is one answer of any size, written as it is read.
 ///
-/// On one leased connection, in one transaction: `begin`, the identity statement and
-/// ``WatermelonPullOpen`` in one pipeline (the timestamp issued and the cursor opened in
-/// one snapshot; a failure here is still an ordinary error answer), then `fetch` after
-/// `fetch` of the cursor, each batch written as one chunk of a chunked `200` on the
-/// connection taken over from HTTP, then `commit`, and only after the commit the
-/// answer's last bytes (`"timestamp"` and the zero-size chunk). So the gateway holds one
+/// On one leased connection, in one transaction: `begin`, the identity statement,
+/// ``WatermelonPullOpen`` and the first `fetch` in one pipeline (the timestamp issued
+/// and the cursor opened in one snapshot; a failure here is still an ordinary error
+/// answer, and an answer the first batch holds whole is an ordinary answer too), then
+/// `fetch` after `fetch` of the cursor, each batch written as one chunk of a chunked
+/// `200` on the connection taken over from HTTP, then `commit`, and only after the
+/// commit the answer's last bytes (`"timestamp"` and the zero-size chunk). So the gateway holds one
 /// batch and the socket's unsent bytes (up to its high-water mark) per answer, whatever
 /// the account's size; each statement is short, so `statement_timeout` cuts none of
 /// them; and the whole answer is bounded by ``maxMilliseconds``.
@@ -67,7 +68,10 @@ final class WatermelonPullStream: TCPConnectionDelegate {
     }
 
     /// Answers `pull` as `caller` on `responder`'s connection. Until the cursor is open,
-    /// failures are answered by `refusal` as the route answers them.
+    /// failures are answered by `refusal` as the route answers them. The first batch is
+    /// fetched in the opening's pipeline: an answer it holds whole (an incremental sync,
+    /// most of them) is committed and answered as any other, `Content-Length` and
+    /// keep-alive; only a bigger one is streamed.
     static func answer(
         _ pull: WatermelonPullOpen, as caller: Identity, responder: HTTPResponder, context: LoopContext,
         maxMilliseconds: UInt64, refusal: @escaping (QueryFailure) -> APIError
@@ -82,17 +86,25 @@ final class WatermelonPullStream: TCPConnectionDelegate {
             case .success(let leasedConnection):
                 connection = leasedConnection
             }
-            connection.pipeline([WatermelonPullCursor.begin, caller.statement, pull.statement]) { outcome in
+            let statements = [
+                WatermelonPullCursor.begin, caller.statement, pull.statement,
+                WatermelonPullCursor.fetch(firstBatchRows),
+            ]
+            connection.pipeline(statements) { outcome in
                 let opened = WatermelonPullOpen.decode(outcome.map { $0[2] })
-                guard case .success(let answer) = opened else {
+                guard case .success(let answer) = opened, case .success(let results) = outcome else {
                     if case .failure(let failure) = opened { responder.respond(refusal(failure).response) }
                     return end(connection, caller: caller, context: context)
                 }
                 let stream = WatermelonPullStream(
                     context: context, caller: caller, connection: connection, opened: answer,
                     maxMilliseconds: maxMilliseconds)
-                let taken = responder.takeOver { tcp, _ in stream.start(on: tcp) }
-                if !taken { end(connection, caller: caller, context: context) }
+                let first = results[3]
+                if first.count < firstBatchRows {
+                    stream.answerWhole(first, responder: responder, refusal: refusal)
+                } else if !responder.takeOver({ tcp, _ in stream.start(on: tcp, first: first) }) {
+                    end(connection, caller: caller, context: context)
+                }
             }
         }
     }
@@ -108,7 +120,29 @@ final class WatermelonPullStream: TCPConnectionDelegate {
 
     // MARK: - Writing
 
-    private func start(on tcp: TCPConnection) {
+    /// The whole answer is `rows`: commit, then answer it as HTTP answers any request.
+    private func answerWhole(
+        _ rows: PostgresResult, responder: HTTPResponder, refusal: @escaping (QueryFailure) -> APIError
+    ) {
+        var body = Array(#"{"changes":{"#.utf8)
+        if let problem = append(rows, to: &body) {
+            context.logger.log(.error, "watermelon pull: \(problem)")
+            responder.respond(APIError.unexpected.response)
+            return release()
+        }
+        appendEnd(to: &body)
+        connection.query(WatermelonPullCursor.commit) { [self] result in
+            if case .failure(let error) = result {
+                responder.respond(refusal(.database(error)).response)
+                return release()
+            }
+            giveBack()
+            logUnsafeRecords()
+            responder.respond(.json(bytes: body))
+        }
+    }
+
+    private func start(on tcp: TCPConnection, first: PostgresResult) {
         self.tcp = tcp
         tcp.delegate = self
         // Read only to learn that the client went away; what it sends is dropped.
@@ -118,7 +152,7 @@ final class WatermelonPullStream: TCPConnectionDelegate {
         deadline = context.loop.schedule(after: maxMilliseconds) { [weak self] in
             self?.fail("the answer took longer than FERRY_WATERMELON_PULL_SECONDS")
         }
-        fetch()
+        write(first)
     }
 
     private func fetch() {
@@ -138,26 +172,10 @@ final class WatermelonPullStream: TCPConnectionDelegate {
     }
 
     private func write(_ rows: PostgresResult) {
-        guard let tcp, rows.columns == ["name", "deleted", "record"] else {
-            return fail("the cursor's columns are not (name, deleted, record)")
-        }
+        guard let tcp else { return }
         var chunk: [UInt8] = []
         chunk.reserveCapacity(Self.batchBytes + Self.batchBytes / 4)
-        for row in 0..<rows.count {
-            guard let name = rows[row, 0], let deleted = rows[row, 1] else {
-                return fail("a record without a table")
-            }
-            guard enter(name, deleted: deleted == "t", into: &chunk) else {
-                return fail("the cursor's records are out of order (\(name))")
-            }
-            if rows.isNull(row, 2) {
-                unsafeRecords += 1
-                continue
-            }
-            if !arrayIsEmpty { chunk.append(UInt8(ascii: ",")) }
-            arrayIsEmpty = false
-            rows.withBytes(row, 2) { chunk.append(contentsOf: $0!) }
-        }
+        if let problem = append(rows, to: &chunk) { return fail(problem) }
         bytesSent += chunk.count
         ChunkedResponse.write(chunk, to: tcp)
         let perRow = max(chunk.count / max(rows.count, 1), 1)
@@ -167,6 +185,42 @@ final class WatermelonPullStream: TCPConnectionDelegate {
         } else {
             fetch()
         }
+    }
+
+    /// Appends the records of `rows` to `bytes`, with the table keys and array brackets
+    /// between them; what is wrong with the rows, if anything (nothing more is appended).
+    private func append(_ rows: PostgresResult, to bytes: inout [UInt8]) -> String? {
+        guard rows.columns == ["name", "deleted", "record"] else {
+            return "the cursor's columns are \(rows.columns), not (name, deleted, record)"
+        }
+        for row in 0..<rows.count {
+            guard let name = rows[row, 0], let deleted = rows[row, 1] else { return "a record without a table" }
+            guard enter(name, deleted: deleted == "t", into: &bytes) else {
+                return "the cursor's records are out of order (\(name))"
+            }
+            if rows.isNull(row, 2) {
+                unsafeRecords += 1
+                continue
+            }
+            if !arrayIsEmpty { bytes.append(UInt8(ascii: ",")) }
+            arrayIsEmpty = false
+            rows.withBytes(row, 2) { bytes.append(contentsOf: $0!) }
+        }
+        return nil
+    }
+
+    /// Appends what follows the last record: the open table's end, the tables with
+    /// nothing to send, the timestamp.
+    private func appendEnd(to bytes: inout [UInt8]) {
+        if table >= 0 { close(into: &bytes) }
+        while table + 1 < tables.count {
+            table += 1
+            open(into: &bytes)
+            close(into: &bytes)
+        }
+        bytes.append(contentsOf: #"},"timestamp":"#.utf8)
+        bytes.append(contentsOf: String(timestamp).utf8)
+        bytes.append(UInt8(ascii: "}"))
     }
 
     /// Moves the writing to `name`'s updated records, or its deleted ids: tables in the
@@ -209,38 +263,37 @@ final class WatermelonPullStream: TCPConnectionDelegate {
             guard let tcp, case .success = result else {
                 return fail("the commit failed: \(result)")
             }
-            // The transaction is over: the connection and the request's place in flight go
-            // back before the client has the answer, so its next request finds them free.
-            released = true
-            deadline?.close()
-            deadline = nil
-            context.pool.release(connection)
-            context.requests.finish(caller)
+            giveBack()
             var chunk: [UInt8] = []
-            if table >= 0 { close(into: &chunk) }
-            while table + 1 < tables.count {
-                table += 1
-                open(into: &chunk)
-                close(into: &chunk)
-            }
-            chunk.append(contentsOf: #"},"timestamp":"#.utf8)
-            chunk.append(contentsOf: String(timestamp).utf8)
-            chunk.append(UInt8(ascii: "}"))
+            appendEnd(to: &chunk)
             bytesSent += chunk.count
             ChunkedResponse.write(chunk, to: tcp)
             tcp.write(ChunkedResponse.end)
             ended = true
-            if unsafeRecords > 0 {
-                context.logger.log(
-                    .warning, "watermelon pull: records left out: their ids are not WatermelonDB ids",
-                    ["records": String(unsafeRecords)])
-            }
+            logUnsafeRecords()
             record()
             // The client has the whole answer once these bytes are out; bound the drain
             // by what is left of the answer's time.
             let elapsed = (MonotonicClock.now() &- startedAt) / 1_000_000
             tcp.closeAfterWrites(drainMilliseconds: max(maxMilliseconds &- min(elapsed, maxMilliseconds), 1_000))
         }
+    }
+
+    /// After the commit: the connection and the request's place in flight go back before
+    /// the client has the answer, so its next request finds them free.
+    private func giveBack() {
+        released = true
+        deadline?.close()
+        deadline = nil
+        context.pool.release(connection)
+        context.requests.finish(caller)
+    }
+
+    private func logUnsafeRecords() {
+        guard unsafeRecords > 0 else { return }
+        context.logger.log(
+            .warning, "watermelon pull: records left out: their ids are not WatermelonDB ids",
+            ["records": String(unsafeRecords)])
     }
 
     /// Ends the answer short: the connection closes without the last chunk.

@@ -28,6 +28,15 @@ import Testing
         return try client.readResponse(toHead: true)
     }
 
+    /// What reading the rest of a chunked body on `client` found: its size when whole, else the error.
+    static func restOfTheBody(_ client: HTTPTestClient) -> String {
+        do {
+            return "a whole answer of \(try client.readChunkedBody().count) bytes"
+        } catch {
+            return "\(error)"
+        }
+    }
+
     /// The gateway's backends inside a transaction (a stream's), as pg_stat_activity shows them.
     func streamingBackends(_ server: AccountsGateway) async throws -> Int {
         Int(
@@ -86,13 +95,7 @@ import Testing
             let head = try startPull(client, phone)
             #expect(head.status == 200 && head.header("Transfer-Encoding") == "chunked")
             try await Task.sleep(for: .seconds(2))
-            let rest = try await offload { () -> String in
-                do {
-                    return "a whole answer of \(try client.readChunkedBody().count) bytes"
-                } catch {
-                    return "\(error)"
-                }
-            }
+            let rest = try await offload { Self.restOfTheBody(client) }
             #expect(rest.contains("cut short"), "\(rest)")
             try await eventually("the stream's transaction ended") { try await streamingBackends(server) == 0 }
             // The gateway serves the next sync as usual (a small one: within the second).
@@ -119,13 +122,7 @@ import Testing
                 select pg_terminate_backend(pid) from pg_stat_activity
                 where datname = current_database() and usename = 'ferry_gateway' and xact_start is not null
                 """)
-            let rest = try await offload { () -> String in
-                do {
-                    return "a whole answer of \(try client.readChunkedBody().count) bytes"
-                } catch {
-                    return "\(error)"
-                }
-            }
+            let rest = try await offload { Self.restOfTheBody(client) }
             #expect(rest.contains("cut short"), "\(rest)")
             #expect(try await server.watermelonPull(phone) > 0)
         }
@@ -143,6 +140,40 @@ import Testing
             client.reset()
             try await eventually("the stream's transaction ended") { try await streamingBackends(server) == 0 }
             #expect(try await server.watermelonPull(phone) > 0)
+        }
+    }
+
+    @Test func anAnswerTheFirstBatchHoldsIsAnOrdinaryAnswerOnAKeptConnection() async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { server in
+            let phone = try await server.signUpAnonymous()
+            try await seed(server, user: phone.userID, count: WatermelonPullStream.firstBatchRows - 1)
+            let (first, second) = try await offload {
+                let client = try HTTPTestClient(port: server.port, timeout: 30)
+                defer { client.close() }
+                let headers = [("Authorization", "Bearer \(phone.accessToken)")]
+                return (
+                    try client.request("GET", WatermelonRoutes.path, headers: headers),
+                    try client.request("GET", WatermelonRoutes.path, headers: headers)
+                )
+            }
+            for response in [first, second] {
+                #expect(response.status == 200 && response.header("Transfer-Encoding") == nil)
+                #expect(response.header("Content-Length") == String(response.body.count))
+                let answer = try WatermelonPullAnswer(text: response.text)
+                #expect(answer.updated("tasks").count == WatermelonPullStream.firstBatchRows - 1)
+            }
+            // One more record and the answer is streamed.
+            try await seed(server, user: phone.userID, count: 1, prefix: "more")
+            let streamed = try await offload {
+                let client = try HTTPTestClient(port: server.port, timeout: 30)
+                defer { client.close() }
+                return try client.request(
+                    "GET", WatermelonRoutes.path, headers: [("Authorization", "Bearer \(phone.accessToken)")])
+            }
+            #expect(streamed.header("Transfer-Encoding") == "chunked")
+            #expect(
+                try WatermelonPullAnswer(text: streamed.text).updated("tasks").count
+                    == WatermelonPullStream.firstBatchRows)
         }
     }
 
