@@ -25,9 +25,19 @@
 # spread evenly, are refused and rejected alone (medians of RUNS), against half the
 # statement timeout (MAX_FAILING_SECONDS, 5).
 #
+# Then (PARTS: "throughput big" by default; either alone) the big first sync: one user
+# with BIG_RECORDS records (tasks of ~BIG_RECORD_BYTES bytes of JSON each, 1,000,000 of
+# ~900 B by default: the answer is ~0.9 GB, as the 120k-record, 111 MB account of issue
+# 17 scaled up), synced from nothing once alone and then twice at once (two devices of
+# that user); each answer read whole by curl (a truncated chunked body is curl's exit
+# 18, a failure), checked to end with its timestamp and to hold every record; the
+# gateway's RSS sampled every 50 ms. Prints each sync's time, bytes and status, and the
+# RSS growth over the gateway's RSS before the first against MAX_BIG_RSS_GROWTH_MB (64).
+#
 # Usage: bench/watermelon.sh   (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2
 #        POOL_SIZE=8 PULL_USERS=100 PUSH_DEVICES=256 ROWS=300 RECORDS=100 FAILING_RECORDS=20000
-#        SPREAD_FAILING=300)
+#        SPREAD_FAILING=300 PARTS="throughput big" BIG_RECORDS=1000000 BIG_RECORD_BYTES=900
+#        MAX_BIG_RSS_GROWTH_MB=64)
 # The embedded database (`make db`; the port follows FERRY_DEV_PG_PORT) is migrated with
 # sql/ferry and sql/examples/tasks; it runs with fsync and synchronous_commit off, so a
 # WatermelonDB pull's commit (it writes its timestamp's row, where /v1/pull only reads)
@@ -51,6 +61,10 @@ MIN_RATIO=${MIN_RATIO:-0.8}
 FAILING_RECORDS=${FAILING_RECORDS:-20000}
 SPREAD_FAILING=${SPREAD_FAILING:-300}
 MAX_FAILING_SECONDS=${MAX_FAILING_SECONDS:-5}
+PARTS=${PARTS:-throughput big}
+BIG_RECORDS=${BIG_RECORDS:-1000000}
+BIG_RECORD_BYTES=${BIG_RECORD_BYTES:-900}
+MAX_BIG_RSS_GROWTH_MB=${MAX_BIG_RSS_GROWTH_MB:-64}
 [ "$PUSH_DEVICES" -ge $((2 * CONNECTIONS)) ] ||
     { echo "PUSH_DEVICES ($PUSH_DEVICES) must be at least twice CONNECTIONS ($CONNECTIONS)" >&2; exit 2; }
 [ "$RECORDS" -le "$ROWS" ] && [ "$RECORDS" -le 999 ] ||
@@ -67,6 +81,91 @@ export FERRY_PUSH_BYTES_PER_SECOND=1073741824
 choose_gateway_address
 start_gateways 1 127.0.0.1
 ferry_pid=${gateway_pids[0]}
+
+# The gateway's resident set, KiB.
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$ferry_pid/status"; }
+
+# The big first sync: BIG_RECORDS records of one user, synced from nothing by one
+# device, then by two at once; prints each answer and the RSS growth against its goal.
+big_first_sync() {
+    BIG_RECORDS=$BIG_RECORDS BIG_RECORD_BYTES=$BIG_RECORD_BYTES set_up_with_python <<'PY'
+import uuid
+from lib import *
+records, size = int(env["BIG_RECORDS"]), int(env["BIG_RECORD_BYTES"])
+devices = sign_up_many(1)
+# Two more devices of the same user: sign up, link one, sign the others in.
+user = devices[0]
+email = f"big-{uuid.uuid4()}@example.com"
+call("POST", "/v1/auth/link", user["token"], {"email": email, "password": "correct horse battery"})
+tokens = [user["token"]]
+for n in range(2):
+    signed = call("POST", "/v1/auth/signin", None,
+                  {"email": email, "password": "correct horse battery", "device_id": str(uuid.uuid4())})
+    tokens.append(signed["session"]["access_token"])
+# The record's JSON is ~200 B of columns and updated_at besides the title.
+psql(f"""
+insert into public.tasks (user_id, id, title, position, metadata)
+select '{user["uid"]}', 'big-' || g, repeat('x', {max(size - 200, 1)}), g, '{{"due_at": "2026-01-01"}}'
+from generate_series(1, {records}) g;
+analyze public.tasks;
+""")
+with open(f"{tmp}/big_tokens", "w") as f:
+    f.write("\n".join(tokens) + "\n")
+PY
+    mapfile -t big_tokens < "$tmp/big_tokens"
+    # One first sync as device $1 into $tmp/big-$1.json: "status bytes seconds curl-exit records".
+    big_sync() {
+        local out=$tmp/big-$1.json status
+        status=$(curl -s -o "$out" -w '%{http_code} %{size_download} %{time_total}' --max-time 900 \
+            -H "Authorization: Bearer ${big_tokens[$1]}" \
+            "$base/v1/watermelon/sync?last_pulled_at=null&schema_version=1&migration=null") && exit=0 || exit=$?
+        # Whole: the timestamp last, and every record once (ids are big-<n>).
+        if [ "$exit" -eq 0 ] && tail -c 40 "$out" | grep -Eq '\},"timestamp":[0-9]+\}$'; then
+            echo "$status $exit $(grep -o '"id" : "big-' "$out" | wc -l)"
+        else
+            echo "$status $exit 0"
+        fi
+        rm -f "$out"
+    }
+    sample_rss() { local peak=0 now; while kill -0 "$1" 2>/dev/null; do now=$(rss_kib); [ "$now" -gt "$peak" ] && peak=$now; sleep 0.05; done; echo "$peak"; }
+    local before peak_one peak_two one two_a two_b
+    before=$(rss_kib)
+    big_sync 0 > "$tmp/big-one" &
+    local sync=$!
+    peak_one=$(sample_rss $sync)
+    wait $sync
+    one=$(cat "$tmp/big-one")
+    big_sync 1 > "$tmp/big-two-a" &
+    local sync_a=$!
+    big_sync 2 > "$tmp/big-two-b" &
+    local sync_b=$!
+    peak_two=$( (sample_rss $sync_a; sample_rss $sync_b) | sort -n | tail -1)
+    wait $sync_a $sync_b
+    two_a=$(cat "$tmp/big-two-a")
+    two_b=$(cat "$tmp/big-two-b")
+    big_row() {
+        local status bytes seconds exit records
+        read -r status bytes seconds exit records <<<"$2"
+        printf '%-52s %s, %d MB in %.1f s, %d records  %s\n' "$1" "$status" $((bytes / 1000000)) "$seconds" "$records" \
+            "$( [ "$status" = 200 ] && [ "$exit" = 0 ] && [ "$records" = "$BIG_RECORDS" ] && echo PASS || echo "FAIL (curl exit $exit)")"
+    }
+    growth() {
+        local mb=$(( ($1 - before) / 1024 ))
+        printf '%-52s %6d MB  %s (goal <= %s MB; %d MB before)\n' "$2" "$mb" \
+            "$( [ "$mb" -le "$MAX_BIG_RSS_GROWTH_MB" ] && echo PASS || echo FAIL)" "$MAX_BIG_RSS_GROWTH_MB" $((before / 1024))
+    }
+    big_row "first sync of $BIG_RECORDS records, alone" "$one"
+    big_row "first sync of $BIG_RECORDS records, two at once (a)" "$two_a"
+    big_row "first sync of $BIG_RECORDS records, two at once (b)" "$two_b"
+    growth "$peak_one" "gateway RSS growth, one first sync"
+    growth "$peak_two" "gateway RSS growth, two first syncs at once"
+    psql -q "$OWNER_URL" -c "begin; set local ferry.hard_delete = on; delete from public.tasks where id like 'big-%'; commit;"
+}
+
+if [[ " $PARTS " == *" big "* ]]; then
+    big_first_sync
+fi
+[[ " $PARTS " == *" throughput "* ]] || exit 0
 
 # Setup through the API, rows seeded as the owner. Writes native_pull.tsv and
 # watermelon_pull.tsv (token, path), push.tsv (tokens) and watermelon_push.tsv (token,

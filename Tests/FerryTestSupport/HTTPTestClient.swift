@@ -32,6 +32,12 @@ public struct HTTPTestClientError: Error, Equatable, CustomStringConvertible {
     /// A connect to `host:port` that nothing listens on (ECONNREFUSED).
     public static func refused(port: Int, host: String = "127.0.0.1") -> HTTPTestClientError {
         HTTPTestClientError(description: "connect \(host):\(port): errno \(ECONNREFUSED)")
+    /// The server closed the connection (an end of stream or a reset) while more was awaited.
+    public static let connectionEnded = HTTPTestClientError(description: "connection closed by the server")
+
+    /// A chunked body whose connection ended before its last chunk, after `received` bytes.
+    public static func truncatedBody(received: Int) -> HTTPTestClientError {
+        HTTPTestClientError(description: "chunked body cut short after \(received) bytes")
     }
 }
 
@@ -167,7 +173,9 @@ public final class HTTPTestClient {
                 (String(line[..<colon]), line[line.index(after: colon)...].trimmingPrefix(" ").description))
         }
         if toHead || status == 204 || status == 304 || status < 200 { return response }
-        if let length = response.header("Content-Length").flatMap({ Int($0) }) {
+        if response.header("Transfer-Encoding")?.lowercased() == "chunked" {
+            response.body = try readChunkedBody()
+        } else if let length = response.header("Content-Length").flatMap({ Int($0) }) {
             while buffer.count < length { try receiveMore() }
             response.body = Array(buffer[..<length])
             buffer.removeFirst(length)
@@ -178,6 +186,31 @@ public final class HTTPTestClient {
             buffer = []
         }
         return response
+    }
+
+    /// A chunked body, de-chunked (trailers dropped): after ``readResponse(toHead:)`` read
+    /// its head only, or from there. A connection that ends before the zero-size chunk
+    /// throws ``HTTPTestClientError/truncatedBody(received:)``: the server cut the answer short.
+    public func readChunkedBody() throws -> [UInt8] {
+        var body: [UInt8] = []
+        do {
+            while true {
+                let line = String(decoding: try readThrough([0x0D, 0x0A]).dropLast(2), as: UTF8.self)
+                guard let size = Int(line.split(separator: ";").first ?? "", radix: 16), size >= 0 else {
+                    throw HTTPTestClientError(description: "bad chunk size line \(line)")
+                }
+                if size == 0 {
+                    while try readThrough([0x0D, 0x0A]).count > 2 {}
+                    return body
+                }
+                body += try readBytes(size)
+                guard try readBytes(2) == [0x0D, 0x0A] else {
+                    throw HTTPTestClientError(description: "a chunk does not end with CRLF")
+                }
+            }
+        } catch let error as HTTPTestClientError where error == .connectionEnded {
+            throw HTTPTestClientError.truncatedBody(received: body.count)
+        }
     }
 
     /// Reads exactly `count` raw bytes (after a protocol switch, say).
@@ -249,7 +282,7 @@ public final class HTTPTestClient {
             buffer += chunk[..<count]
             return
         }
-        if count == 0 { throw HTTPTestClientError(description: "connection closed by the server") }
+        if count == 0 || (count < 0 && errno == ECONNRESET) { throw HTTPTestClientError.connectionEnded }
         throw errno == EAGAIN
             ? HTTPTestClientError.receiveTimedOut : HTTPTestClientError(description: "recv: errno \(errno)")
     }

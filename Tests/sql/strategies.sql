@@ -59,7 +59,9 @@ as $$ select pg_catalog.set_config('role', 'none', true) $$;
 create function rule_test.store(p_table text, p_prior text) returns void language plpgsql
 as $$
 begin
+    perform pg_catalog.set_config('ferry.hard_delete', 'on', true);
     execute pg_catalog.format('delete from public.%I', p_table);
+    perform pg_catalog.set_config('ferry.hard_delete', 'off', true);
     if p_prior = 'none' then
         return;
     end if;

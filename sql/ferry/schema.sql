@@ -317,6 +317,7 @@ $$;
 CREATE FUNCTION ferry.delete_user_rows(p_user uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     t record;
@@ -597,6 +598,10 @@ begin
             ' for each statement execute function ferry.send_cues(%s)',
         p_table, v_argument);
     execute pg_catalog.format(
+        'create or replace trigger ferry_tombstone_delete before delete on %s for each row execute function ferry.tombstone_delete(%s)',
+        p_table, (select pg_catalog.string_agg(pg_catalog.quote_literal(k.name), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k));
+    execute pg_catalog.format(
         'create or replace trigger ferry_refuse_truncate before truncate on %s'
             ' for each statement execute function ferry.refuse_truncate()',
         p_table);
@@ -608,7 +613,7 @@ $$;
 -- Name: FUNCTION install_triggers(p_table regclass); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_triggers(p_table regclass) IS 'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues) and ferry_refuse_truncate. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_triggers(p_table regclass) IS 'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate. Called by ferry.register_table.';
 
 
 --
@@ -701,6 +706,8 @@ declare
     v_record text;
     v_column record;
     v_pattern text := ferry.watermelon_id_pattern();
+    v_updated text;
+    v_deleted text;
 begin
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.install_watermelon'));
     v_blocks := '';
@@ -735,55 +742,40 @@ begin
                     group by (x.n - 1) / 50
                 ) p;
         end if;
+        -- The two halves of a table's reading: $1 is since, $2 the lowest stamp it may miss.
+        v_updated := pg_catalog.format(
+            'select %1$L::text as name, false as deleted, case when t.id ~ %3$L then %2$s::text end as record'
+                ' from %4$s t where not t._deleted',
+            v_table.relname, v_record, v_pattern, v_table.rel::text);
+        v_deleted := pg_catalog.format(
+            'select %1$L::text, true, case when t.id ~ %2$L then pg_catalog.to_json(t.id)::text end from %3$s t'
+                ' where t._deleted and t._stamp >= $2 and not pg_catalog.pg_visible_in_snapshot(t._stamp, $1)',
+            v_table.relname, v_pattern, v_table.rel::text);
         v_blocks := v_blocks || pg_catalog.format(
             $block$
             v_table := pg_catalog.to_regclass(%1$L);
             if v_table is null or not exists (
                 select from pg_catalog.pg_index i
-                where i.indrelid = v_table and i.indisprimary and i.indkey::text = %4$L
+                where i.indrelid = v_table and i.indisprimary and i.indkey::text = %3$L
             ) then
                 raise exception 'watermelon pull: synced table %% was renamed or its primary key changed since it was registered',
                     %1$L
                     using errcode = '55000', hint = 'call ferry.register_table on it again';
             end if;
             if pg_catalog.has_table_privilege(v_table, 'select') then
-                if p_since is null then
-                    select pg_catalog.json_agg(%2$s) filter (where t.id ~ %5$L), null::json,
-                            pg_catalog.count(*) filter (where t.id !~ %5$L)
-                        into v_updated, v_deleted, v_unsafe
-                        from %1$s t
-                        where not t._deleted;
-                elsif %3$L = any (p_full) then
-                    select pg_catalog.json_agg(%2$s) filter (where not t._deleted and t.id ~ %5$L),
-                            pg_catalog.json_agg(t.id) filter (where t._deleted and t.id ~ %5$L),
-                            pg_catalog.count(*) filter (where t.id !~ %5$L)
-                        into v_updated, v_deleted, v_unsafe
-                        from %1$s t
-                        where not t._deleted
-                            or (t._stamp >= v_from and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since));
-                else
-                    select pg_catalog.json_agg(%2$s) filter (where not t._deleted and t.id ~ %5$L),
-                            pg_catalog.json_agg(t.id) filter (where t._deleted and t.id ~ %5$L),
-                            pg_catalog.count(*) filter (where t.id !~ %5$L)
-                        into v_updated, v_deleted, v_unsafe
-                        from %1$s t
-                        where t._stamp >= v_from and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since);
-                end if;
-                changes := changes || v_separator || %6$L || coalesce(v_updated::text, '[]')
-                    || ',"deleted":' || coalesce(v_deleted::text, '[]') || '}';
-                v_separator := ',';
-                if v_unsafe > 0 then
-                    raise warning 'watermelon pull: %% rows of %% left out: their ids are not WatermelonDB ids (%%)',
-                        v_unsafe, %3$L, %5$L;
-                end if;
+                tables := tables || %2$L::text;
+                v_query := v_query || case when v_query = '' then '' else ' union all ' end || case
+                    when p_since is null then %4$L
+                    when %2$L = any (p_full) then %4$L || ' union all ' || %5$L
+                    else %6$L || ' union all ' || %5$L end;
             end if;$block$,
-            v_table.rel::text, v_record, v_table.relname, v_table.indkey, v_pattern,
-            pg_catalog.to_json(v_table.relname::text)::text || ':{"created":[],"updated":');
+            v_table.rel::text, v_table.relname, v_table.indkey, v_updated, v_deleted,
+            v_updated || ' and t._stamp >= $2 and not pg_catalog.pg_visible_in_snapshot(t._stamp, $1)');
     end loop;
     execute pg_catalog.format(
         $function$
-        create or replace function ferry.watermelon_read(
-            p_since pg_snapshot, p_full text[], out changes text, out snapshot pg_snapshot)
+        create or replace function ferry.watermelon_open(
+            p_since pg_snapshot, p_full text[], p_cursor refcursor, out tables text[], out snapshot pg_snapshot)
         language plpgsql stable
         as %L
         $function$,
@@ -794,10 +786,7 @@ begin
         #variable_conflict use_variable
         declare
             v_from xid8 := coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'::xid8);
-            v_updated json;
-            v_deleted json;
-            v_unsafe bigint;
-            v_separator text := '';
+            v_query text := '';
             v_table regclass;
         begin
             -- The purge horizon (pull.sql): a tombstone since has not seen may be gone.
@@ -809,13 +798,16 @@ begin
                 raise exception 'watermelon pull: last_pulled_at is older than the tombstone purge horizon'
                     using errcode = 'FR409';
             end if;
-            changes := '{';%s
-            changes := changes || '}';
+            tables := '{}';%s
+            if v_query = '' then
+                v_query := 'select null::text as name, null::boolean as deleted, null::text as record where false';
+            end if;
+            open p_cursor no scroll for execute v_query using p_since, v_from;
             snapshot := pg_catalog.pg_current_snapshot();
         end
         $body$, v_blocks));
-    revoke all on function ferry.watermelon_read(pg_snapshot, text[]) from public;
-    grant execute on function ferry.watermelon_read(pg_snapshot, text[]) to ferry_client;
+    revoke all on function ferry.watermelon_open(pg_snapshot, text[], refcursor) from public;
+    grant execute on function ferry.watermelon_open(pg_snapshot, text[], refcursor) to ferry_client;
 end
 $_$;
 
@@ -824,7 +816,7 @@ $_$;
 -- Name: FUNCTION install_watermelon(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_watermelon() IS 'Builds ferry.watermelon_read, the WatermelonDB pull reader: static SQL for every served table. Called by ferry.register_table and ferry.rebuild_generated_code.';
+COMMENT ON FUNCTION ferry.install_watermelon() IS 'Builds ferry.watermelon_open, the WatermelonDB pull reader: a cursor over every served table. Called by ferry.register_table and ferry.rebuild_generated_code.';
 
 
 --
@@ -970,6 +962,7 @@ $$;
 CREATE FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     t record;
@@ -1180,6 +1173,7 @@ CREATE FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, 
 CREATE FUNCTION ferry.purge_tombstones(p_older_than interval, p_batch integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
+    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     v_table regclass;
@@ -1733,7 +1727,7 @@ $$;
 -- Name: FUNCTION rebuild_generated_code(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.rebuild_generated_code() IS 'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_read. Called at the end of sql/ferry/functions/registry.sql.';
+COMMENT ON FUNCTION ferry.rebuild_generated_code() IS 'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_open. Called at the end of sql/ferry/functions/registry.sql.';
 
 
 --
@@ -2397,6 +2391,39 @@ COMMENT ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, OUT
 
 
 --
+-- Name: tombstone_delete(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.tombstone_delete() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $_$
+declare
+    v_match text;
+begin
+    if coalesce(nullif(pg_catalog.current_setting('ferry.hard_delete', true), ''), 'off')::boolean then
+        return old;
+    end if;
+    if not old._deleted then
+        select pg_catalog.string_agg(pg_catalog.format('t.%1$I = ($1).%1$I', k.name), ' and ')
+            into v_match
+            from pg_catalog.unnest(tg_argv) k(name);
+        execute pg_catalog.format('update %I.%I t set _deleted = true where %s', tg_table_schema, tg_table_name, v_match)
+            using old;
+    end if;
+    return null;
+end
+$_$;
+
+
+--
+-- Name: FUNCTION tombstone_delete(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.tombstone_delete() IS 'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on.';
+
+
+--
 -- Name: trim_watermelon_cursors(interval, integer); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2659,6 +2686,40 @@ $_$;
 
 
 --
+-- Name: watermelon_open(pg_snapshot, text[], refcursor); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.watermelon_open(p_since pg_snapshot, p_full text[], p_cursor refcursor, OUT tables text[], OUT snapshot pg_snapshot) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+        -- Built by ferry.install_watermelon from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_from xid8 := coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'::xid8);
+            v_query text := '';
+            v_table regclass;
+        begin
+            -- The purge horizon (pull.sql): a tombstone since has not seen may be gone.
+            if exists (
+                select from ferry.purge_horizon h
+                where pg_catalog.pg_snapshot_xmin(p_since) <= h.purged_through
+                    and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, p_since)
+            ) then
+                raise exception 'watermelon pull: last_pulled_at is older than the tombstone purge horizon'
+                    using errcode = 'FR409';
+            end if;
+            tables := '{}';
+            if v_query = '' then
+                v_query := 'select null::text as name, null::boolean as deleted, null::text as record where false';
+            end if;
+            open p_cursor no scroll for execute v_query using p_since, v_from;
+            snapshot := pg_catalog.pg_current_snapshot();
+        end
+        $$;
+
+
+--
 -- Name: watermelon_pull(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2666,9 +2727,81 @@ CREATE FUNCTION ferry.watermelon_pull(p_last_pulled_at bigint, p_migration text)
     LANGUAGE plpgsql
     AS $$
 declare
+    v_tables text[];
+    v_timestamp bigint;
+    v_cursor refcursor := 'ferry_watermelon_pull'::refcursor;
+    v_name text;
+    v_is_deleted boolean;
+    v_record text;
+    v_parts text[] := '{}'::text[];
+    v_index integer := 1;
+    v_updated text[] := '{}'::text[];
+    v_deleted text[] := '{}'::text[];
+    v_unsafe bigint := 0;
+    v_done boolean := false;
+    v_pending boolean := false;
+begin
+    select o.tables, o."timestamp" into v_tables, v_timestamp
+        from ferry.watermelon_pull_open(p_last_pulled_at, p_migration, v_cursor) o;
+    while v_index <= pg_catalog.cardinality(v_tables) loop
+        if not v_done and not v_pending then
+            fetch v_cursor into v_name, v_is_deleted, v_record;
+            v_done := not found;
+        end if;
+        v_pending := false;
+        if v_done or v_name is distinct from v_tables[v_index] then
+            -- Table v_index is whole (each table's records come together, in the tables'
+            -- order); the row in hand, if any, is a later table's.
+            v_parts := v_parts || (pg_catalog.to_json(v_tables[v_index])::text || ':{"created":[],"updated":['
+                || pg_catalog.array_to_string(v_updated, ',') || '],"deleted":['
+                || pg_catalog.array_to_string(v_deleted, ',') || ']}');
+            if v_unsafe > 0 then
+                raise warning 'watermelon pull: % rows of % left out: their ids are not WatermelonDB ids (%)',
+                    v_unsafe, v_tables[v_index], ferry.watermelon_id_pattern();
+            end if;
+            v_updated := '{}'::text[];
+            v_deleted := '{}'::text[];
+            v_unsafe := 0;
+            v_index := v_index + 1;
+            v_pending := not v_done;
+            continue;
+        end if;
+        if v_record is null then
+            v_unsafe := v_unsafe + 1;
+        elsif v_is_deleted then
+            v_deleted := v_deleted || v_record;
+        else
+            v_updated := v_updated || v_record;
+        end if;
+    end loop;
+    if v_pending then
+        raise exception 'watermelon pull: the cursor''s records of % are out of order', v_name
+            using errcode = 'XX000';
+    end if;
+    close v_cursor;
+    return '{"changes":{' || pg_catalog.array_to_string(v_parts, ',') || '},"timestamp":'
+        || v_timestamp::text || '}';
+end
+$$;
+
+
+--
+-- Name: FUNCTION watermelon_pull(p_last_pulled_at bigint, p_migration text); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.watermelon_pull(p_last_pulled_at bigint, p_migration text) IS 'GET /v1/watermelon/sync as one statement, run as ferry_client: {"changes", "timestamp"} as text; FR409 for a timestamp this device does not hold or one older than the purge horizon.';
+
+
+--
+-- Name: watermelon_pull_open(bigint, text, refcursor); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.watermelon_pull_open(p_last_pulled_at bigint, p_migration text, p_cursor refcursor, OUT tables text[], OUT "timestamp" bigint) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+declare
     v_since pg_snapshot;
     v_full text[] := ferry.watermelon_migration_tables(p_migration);
-    v_changes text;
     v_snapshot pg_snapshot;
 begin
     if p_last_pulled_at is not null then
@@ -2681,18 +2814,17 @@ begin
                 using errcode = 'FR409';
         end if;
     end if;
-    select r.changes, r.snapshot into v_changes, v_snapshot from ferry.watermelon_read(v_since, v_full) r;
-    return '{"changes":' || v_changes || ',"timestamp":'
-        || ferry.issue_watermelon_cursor(v_snapshot, p_last_pulled_at)::text || '}';
+    select r.tables, r.snapshot into tables, v_snapshot from ferry.watermelon_open(v_since, v_full, p_cursor) r;
+    "timestamp" := ferry.issue_watermelon_cursor(v_snapshot, p_last_pulled_at);
 end
 $$;
 
 
 --
--- Name: FUNCTION watermelon_pull(p_last_pulled_at bigint, p_migration text); Type: COMMENT; Schema: ferry; Owner: -
+-- Name: FUNCTION watermelon_pull_open(p_last_pulled_at bigint, p_migration text, p_cursor refcursor, OUT tables text[], OUT "timestamp" bigint); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.watermelon_pull(p_last_pulled_at bigint, p_migration text) IS 'GET /v1/watermelon/sync as one statement, run as ferry_client: {"changes", "timestamp"} as text; FR409 for a timestamp this device does not hold or one older than the purge horizon.';
+COMMENT ON FUNCTION ferry.watermelon_pull_open(p_last_pulled_at bigint, p_migration text, p_cursor refcursor, OUT tables text[], OUT "timestamp" bigint) IS 'GET /v1/watermelon/sync''s opening, run as ferry_client in an open transaction: the cursor p_cursor over the answer''s records, the tables it names and the timestamp; FR409 for a timestamp this device does not hold or one older than the purge horizon.';
 
 
 --
@@ -2899,40 +3031,6 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.watermelon_push(p_last_pulled_at bigint, p_body text, p_max_records integer) IS 'POST /v1/watermelon/sync as one statement, run as ferry_client: {} or {"experimentalRejectedIds", "rejections"}; 22023, FR413, FR409, FRCNF (DETAIL: the conflicting ids by table) refuse the whole push.';
-
-
---
--- Name: watermelon_read(pg_snapshot, text[]); Type: FUNCTION; Schema: ferry; Owner: -
---
-
-CREATE FUNCTION ferry.watermelon_read(p_since pg_snapshot, p_full text[], OUT changes text, OUT snapshot pg_snapshot) RETURNS record
-    LANGUAGE plpgsql STABLE
-    AS $$
-        -- Built by ferry.install_watermelon from ferry.synced_tables; ferry.register_table
-        -- rebuilds it. Columns are always named through an alias.
-        #variable_conflict use_variable
-        declare
-            v_from xid8 := coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'::xid8);
-            v_updated json;
-            v_deleted json;
-            v_unsafe bigint;
-            v_separator text := '';
-            v_table regclass;
-        begin
-            -- The purge horizon (pull.sql): a tombstone since has not seen may be gone.
-            if exists (
-                select from ferry.purge_horizon h
-                where pg_catalog.pg_snapshot_xmin(p_since) <= h.purged_through
-                    and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, p_since)
-            ) then
-                raise exception 'watermelon pull: last_pulled_at is older than the tombstone purge horizon'
-                    using errcode = 'FR409';
-            end if;
-            changes := '{';
-            changes := changes || '}';
-            snapshot := pg_catalog.pg_current_snapshot();
-        end
-        $$;
 
 
 --
@@ -4120,6 +4218,13 @@ REVOKE ALL ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, 
 
 
 --
+-- Name: FUNCTION tombstone_delete(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.tombstone_delete() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION trim_watermelon_cursors(p_older_than interval, p_batch integer); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4206,6 +4311,14 @@ GRANT ALL ON FUNCTION ferry.watermelon_name_problem(p_name text) TO ferry_client
 
 
 --
+-- Name: FUNCTION watermelon_open(p_since pg_snapshot, p_full text[], p_cursor refcursor, OUT tables text[], OUT snapshot pg_snapshot); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.watermelon_open(p_since pg_snapshot, p_full text[], p_cursor refcursor, OUT tables text[], OUT snapshot pg_snapshot) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.watermelon_open(p_since pg_snapshot, p_full text[], p_cursor refcursor, OUT tables text[], OUT snapshot pg_snapshot) TO ferry_client;
+
+
+--
 -- Name: FUNCTION watermelon_pull(p_last_pulled_at bigint, p_migration text); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4214,19 +4327,19 @@ GRANT ALL ON FUNCTION ferry.watermelon_pull(p_last_pulled_at bigint, p_migration
 
 
 --
+-- Name: FUNCTION watermelon_pull_open(p_last_pulled_at bigint, p_migration text, p_cursor refcursor, OUT tables text[], OUT "timestamp" bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.watermelon_pull_open(p_last_pulled_at bigint, p_migration text, p_cursor refcursor, OUT tables text[], OUT "timestamp" bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.watermelon_pull_open(p_last_pulled_at bigint, p_migration text, p_cursor refcursor, OUT tables text[], OUT "timestamp" bigint) TO ferry_client;
+
+
+--
 -- Name: FUNCTION watermelon_push(p_last_pulled_at bigint, p_body text, p_max_records integer); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.watermelon_push(p_last_pulled_at bigint, p_body text, p_max_records integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.watermelon_push(p_last_pulled_at bigint, p_body text, p_max_records integer) TO ferry_client;
-
-
---
--- Name: FUNCTION watermelon_read(p_since pg_snapshot, p_full text[], OUT changes text, OUT snapshot pg_snapshot); Type: ACL; Schema: ferry; Owner: -
---
-
-REVOKE ALL ON FUNCTION ferry.watermelon_read(p_since pg_snapshot, p_full text[], OUT changes text, OUT snapshot pg_snapshot) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.watermelon_read(p_since pg_snapshot, p_full text[], OUT changes text, OUT snapshot pg_snapshot) TO ferry_client;
 
 
 --

@@ -90,7 +90,7 @@ public final class Gateway: Sendable {
             loop: listenerLoop)
         let watermelonRoutes = WatermelonRoutes(
             accounts: accounts, maxPushRecords: configuration.watermelonMaxPushRecords,
-            maxBodyBytes: configuration.watermelonMaxBodyBytes)
+            maxBodyBytes: configuration.watermelonMaxBodyBytes, pullSeconds: configuration.watermelonPullSeconds)
         var limits = HTTPLimits()
         limits.maxBodyBytes = configuration.maxBodyBytes
         limits.maxUnsentBytes = configuration.maxUnsentBytes

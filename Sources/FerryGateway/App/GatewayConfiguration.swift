@@ -85,6 +85,9 @@ public struct GatewayConfiguration: Sendable {
     public var watermelonMaxBodyBytes: Int
     /// Most records (created, updated and deleted) in one WatermelonDB push.
     public var watermelonMaxPushRecords: Int
+    /// Longest a streamed WatermelonDB pull answer may take, seconds: past it the answer
+    /// is cut short (the client sees a truncated body) and its transaction ends.
+    public var watermelonPullSeconds: Int
 
     /// Milliseconds between stream heartbeats (`heartbeat_ms` of `hello`).
     public var streamHeartbeatMilliseconds: Int
@@ -219,6 +222,9 @@ public struct GatewayConfiguration: Sendable {
             "watermelon-max-push-records", env: "FERRY_WATERMELON_MAX_PUSH_RECORDS", default: "20000",
             help: "most records in one WatermelonDB push (more: 413)"),
         Setting(
+            "watermelon-pull-seconds", env: "FERRY_WATERMELON_PULL_SECONDS", default: "600",
+            help: "longest a WatermelonDB pull answer may take to stream, seconds (longer: cut short)"),
+        Setting(
             "stream-heartbeat-ms", env: "FERRY_STREAM_HEARTBEAT_MS", default: "25000",
             help: "milliseconds between stream heartbeats (WebSocket ping, SSE comment)"),
         Setting(
@@ -308,6 +314,7 @@ public struct GatewayConfiguration: Sendable {
         pushBytesPerSecond = try values.integer("push-bytes-per-second", in: 1024...(1 << 30))!
         watermelonMaxBodyBytes = try values.integer("watermelon-max-body-bytes", in: 1024...(1 << 30))!
         watermelonMaxPushRecords = try values.integer("watermelon-max-push-records", in: 1...1_000_000)!
+        watermelonPullSeconds = try values.integer("watermelon-pull-seconds", in: 1...86_400)!
         // A body the budget can never hold could never be taken.
         for flag in ["max-body-bytes", "watermelon-max-body-bytes"] {
             let limit = flag == "max-body-bytes" ? maxBodyBytes : watermelonMaxBodyBytes

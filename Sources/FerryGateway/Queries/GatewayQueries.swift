@@ -9,7 +9,7 @@ enum GatewayQueries {
             CurrentAccount.self, LinkEmail.self, SignOut.self, DeleteAccount.self,
             CallerCredentials.self, ChangePassword.self, RequestPasswordReset.self, ResetPassword.self,
             Push.self, Pull.self, TableSchema.self,
-            WatermelonPull.self, WatermelonPush.self,
+            WatermelonPullOpen.self, WatermelonPush.self,
             ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,
             SchemaVersion.self, PurgeTombstones.self,
             ClaimMail.self, MailSent.self, MailFailed.self,

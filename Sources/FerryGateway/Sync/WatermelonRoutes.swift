@@ -3,10 +3,10 @@ import FerryHTTP
 import FerryPostgres
 
 /// `GET` and `POST /v1/watermelon/sync`: WatermelonDB's sync backend contract
-/// (docs/WATERMELONDB.md), so an app's `pullChanges` and `pushChanges` call Ferry. Each
-/// is the identity statement and one query (``WatermelonPull``, ``WatermelonPush``) in one
-/// pipeline, as `/v1/pull` and `/v1/push` are; PostgreSQL builds the answer and the gateway
-/// forwards its bytes.
+/// (docs/WATERMELONDB.md), so an app's `pullChanges` and `pushChanges` call Ferry. A push
+/// is the identity statement and ``WatermelonPush`` in one pipeline, as `/v1/push` is;
+/// PostgreSQL builds the answer and the gateway forwards its bytes. A pull's answer has no
+/// bound on its size, so it is streamed from a cursor (``WatermelonPullStream``).
 struct WatermelonRoutes {
     /// The route's path; its body limit (``bodyLimit``) is applied by path, before routing.
     static let path = "/v1/watermelon/sync"
@@ -21,6 +21,8 @@ struct WatermelonRoutes {
     let maxPushRecords: Int
     /// Largest push body (FERRY_WATERMELON_MAX_BODY_BYTES).
     let maxBodyBytes: Int
+    /// Longest a pull's streamed answer may take (FERRY_WATERMELON_PULL_SECONDS).
+    let pullSeconds: Int
 
     /// The route's body limit, in place of the server's general one.
     var bodyLimit: PathBodyLimit {
@@ -34,13 +36,10 @@ struct WatermelonRoutes {
         router.group(gate: accounts.callers) { routes in
             routes.get(Self.path) { request, caller, responder in
                 guard let query = responder.success(of: WatermelonPullQuery.parse(request)) else { return }
-                let pull = WatermelonPull(lastPulledAt: query.lastPulledAt, migration: query.migration)
-                context.run(pull, as: caller, answering: responder) { result in
-                    switch result {
-                    case .success(let answer): responder.respond(.json(bytes: answer.bytes))
-                    case .failure(let failure): responder.respond(Self.refusal(failure, context: context).response)
-                    }
-                }
+                WatermelonPullStream.answer(
+                    WatermelonPullOpen(lastPulledAt: query.lastPulledAt, migration: query.migration), as: caller,
+                    responder: responder, context: context, maxMilliseconds: UInt64(pullSeconds) * 1000
+                ) { failure in Self.refusal(failure, context: context) }
             }
             routes.post(Self.path) { request, caller, responder in
                 push(request, caller, responder, context)

@@ -54,7 +54,7 @@ import Testing
             #expect(before.count == 9, "7 readers, the dispatcher and the upserts: \(before.map { $0[0] })")
             let triggers = "select count(*) from pg_trigger where tgname like 'ferry\\_%' and not tgisinternal"
             let triggerCount = try await database.value(triggers)
-            #expect(triggerCount == "35", "5 per registered table")
+            #expect(triggerCount == "42", "6 per registered table")
 
             try await forgetTheRegistryFilesChecksum(database)
             let migrator = Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: [Self.puzzle])

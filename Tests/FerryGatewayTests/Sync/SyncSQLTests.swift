@@ -125,6 +125,7 @@ import Testing
                         ["ferry_cue_delete", "ferry.send_cues()"], ["ferry_cue_insert", "ferry.send_cues()"],
                         ["ferry_cue_update", "ferry.send_cues()"],
                         ["ferry_refuse_truncate", "ferry.refuse_truncate()"], ["ferry_stamp", "ferry.stamp_row()"],
+                        ["ferry_tombstone_delete", "ferry.tombstone_delete()"],
                     ])
             let indexes = """
                 select pg_get_indexdef(indexrelid) from pg_index
@@ -237,7 +238,7 @@ import Testing
                     "select tgname::text from pg_trigger where tgrelid = 'public.notes'::regclass order by 1")
                     == [
                         ["ferry_cue_delete"], ["ferry_cue_insert"], ["ferry_cue_update"], ["ferry_refuse_truncate"],
-                        ["ferry_stamp"],
+                        ["ferry_stamp"], ["ferry_tombstone_delete"],
                     ])
             let owner = try await database.newUser()
             try await database.seedNotes(owner: owner, [("n1", "one")])
@@ -588,7 +589,7 @@ import Testing
                 try await client.query(
                     "select ferry.upsert_row('profiles', $1, $2::jsonb)::text", [shape, #"{"user_id": "\#(a)"}"#]
                 )[0, 0] == "true")
-            try await database.admin.execute("delete from profiles")
+            try await database.admin.execute("begin; set local ferry.hard_delete = on; delete from profiles; commit;")
             #expect(
                 try await client.push([mutation(2, "profiles", "upsert", ["username": "bo"])]).outcomes == ["applied"])
             #expect(try await database.rows("select username, motto from profiles") == [["bo", "hi"]])
@@ -596,7 +597,7 @@ import Testing
             // Another default is another shape too: the new default is stored, never the old.
             try await database.admin.execute("alter table public.profiles alter column motto set default 'yo'")
             #expect(try await database.value("select ferry.upsert_shape('profiles')") != shape)
-            try await database.admin.execute("delete from profiles")
+            try await database.admin.execute("begin; set local ferry.hard_delete = on; delete from profiles; commit;")
             #expect(
                 try await client.push([mutation(3, "profiles", "upsert", ["username": "cy"])]).outcomes == ["applied"])
             #expect(try await database.rows("select username, motto from profiles") == [["cy", "yo"]])

@@ -870,9 +870,14 @@ import Testing
             // rebuild_generated_code makes it again (registry.sql applied again).
             try await database.admin.execute(
                 """
-                create or replace function ferry.watermelon_read(p_since pg_snapshot, p_full text[],
-                    out changes text, out snapshot pg_snapshot) language sql stable
-                    as $$ select '{}', pg_catalog.pg_current_snapshot() $$;
+                create or replace function ferry.watermelon_open(p_since pg_snapshot, p_full text[],
+                    p_cursor refcursor, out tables text[], out snapshot pg_snapshot) language plpgsql stable
+                    as $$ begin
+                        open p_cursor for select null::text as name, null::boolean as deleted, null::text as record
+                            where false;
+                        tables := '{}';
+                        snapshot := pg_catalog.pg_current_snapshot();
+                    end $$;
                 select ferry.rebuild_generated_code();
                 """)
             #expect(try await client.watermelonPull(nil).updatedIDs("later") == ["l1"])

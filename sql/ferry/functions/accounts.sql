@@ -52,9 +52,11 @@ begin
 end
 $$;
 
--- Deletes every row a user owns in every registered table (tombstones included).
+-- Deletes every row a user owns in every registered table (tombstones included), for
+-- good (ferry.hard_delete, deletes.sql): the user goes with them, and so does every
+-- device that could pull a tombstone.
 create or replace function ferry.delete_user_rows(p_user uuid) returns void
-language plpgsql security definer set search_path = ''
+language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
 as $$
 declare
     t record;
@@ -72,9 +74,10 @@ $$;
 -- the only key column, the two users' rows share the key whenever both exist. The
 -- anonymous user's WatermelonDB timestamps move too, so the device syncs on from its
 -- last pull: every row moved or tombstoned here gets a new _stamp, which no earlier
--- snapshot sees.
+-- snapshot sees. The replaced cloud rows go for good (ferry.hard_delete, deletes.sql):
+-- the moved row takes their key with a new _stamp.
 create or replace function ferry.move_user_rows(p_from uuid, p_to uuid) returns void
-language plpgsql security definer set search_path = ''
+language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
 as $$
 declare
     t record;

@@ -106,8 +106,9 @@ comment on function ferry.send_cues() is
 
 -- A BEFORE TRUNCATE statement trigger (ferry_refuse_truncate). TRUNCATE removes rows
 -- without a tombstone, a row trigger or a cue: devices would keep the rows and push
--- them back. Tombstones (UPDATE ... SET _deleted = true) are what every device pulls; a
--- DELETE, like TRUNCATE, removes rows for good. To empty a table anyway (a
+-- them back. Tombstones (UPDATE ... SET _deleted = true, or a DELETE, which
+-- ferry_tombstone_delete turns into one: deletes.sql) are what every device pulls. To
+-- empty a table anyway (a
 -- development database), in one transaction:
 --     alter table t disable trigger ferry_refuse_truncate; truncate t;
 --     alter table t enable trigger ferry_refuse_truncate;

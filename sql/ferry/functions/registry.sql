@@ -313,8 +313,9 @@ $$;
 -- A synced table's triggers: ferry_stamp (ferry.stamp_row); ferry_cue_insert,
 -- ferry_cue_update and ferry_cue_delete (ferry.send_cues, cues.sql: one event each,
 -- since PostgreSQL allows transition tables only on a trigger with one), with the
--- table's owner column as the argument (none for shared); ferry_refuse_truncate
--- (ferry.refuse_truncate).
+-- table's owner column as the argument (none for shared); ferry_tombstone_delete
+-- (ferry.tombstone_delete, deletes.sql), with the primary key's columns as its arguments;
+-- ferry_refuse_truncate (ferry.refuse_truncate).
 create or replace function ferry.install_triggers(p_table regclass) returns void
 language plpgsql set search_path = ''
 as $$
@@ -343,6 +344,10 @@ begin
             ' for each statement execute function ferry.send_cues(%s)',
         p_table, v_argument);
     execute pg_catalog.format(
+        'create or replace trigger ferry_tombstone_delete before delete on %s for each row execute function ferry.tombstone_delete(%s)',
+        p_table, (select pg_catalog.string_agg(pg_catalog.quote_literal(k.name), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k));
+    execute pg_catalog.format(
         'create or replace trigger ferry_refuse_truncate before truncate on %s'
             ' for each statement execute function ferry.refuse_truncate()',
         p_table);
@@ -350,7 +355,7 @@ end
 $$;
 
 comment on function ferry.install_triggers(regclass) is
-    'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues) and ferry_refuse_truncate. Called by ferry.register_table.';
+    'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate. Called by ferry.register_table.';
 
 -- MARK: - Pull readers
 
@@ -743,7 +748,7 @@ end
 $$;
 
 comment on function ferry.rebuild_generated_code() is
-    'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_read. Called at the end of sql/ferry/functions/registry.sql.';
+    'Builds again, for every registered table, the code ferry.register_table generates: triggers, pull reader, the dispatcher ferry.pull_rows, the static upserts ferry.upsert_row and the WatermelonDB reader ferry.watermelon_open. Called at the end of sql/ferry/functions/registry.sql.';
 
 -- MARK: - Grants
 

@@ -13,8 +13,9 @@
 -- timestamps as old, each device keeping its newest (ferry.trim_watermelon_cursors,
 -- watermelon.sql) and at most p_batch remembered rejections as old
 -- (ferry.trim_rejected_mutations, outcomes.sql); they are not counted in the answer.
+-- Its DELETEs are for good (ferry.hard_delete, deletes.sql), not tombstones of tombstones.
 create or replace function ferry.purge_tombstones(p_older_than interval, p_batch integer) returns bigint
-language plpgsql security definer set search_path = ''
+language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
 as $$
 declare
     v_table regclass;

@@ -1,0 +1,38 @@
+-- A SQL DELETE on a registered table leaves a tombstone (docs/TABLES.md, "Deleting rows"):
+-- a row deleted for good is never pulled, so every device would keep it. The BEFORE
+-- DELETE row trigger ferry_tombstone_delete (installed by ferry.install_triggers,
+-- registry.sql, which is why this file sorts before it) turns the DELETE of a live row
+-- into UPDATE ... SET _deleted = true, which stamps and cues as any write does; the
+-- DELETE of a tombstone does nothing (the purge removes it once devices had the
+-- retention period to pull it). A session that means to remove rows for good says so
+-- with the setting ferry.hard_delete (set_config('ferry.hard_delete', 'on', true));
+-- Ferry's own functions that must (account deletion, keep_cloud, cleanup-anonymous, the
+-- purge) declare it in their header, so it holds inside them and nowhere else.
+
+-- The trigger function; its arguments are the table's primary key columns (as
+-- install_triggers found them), matched against OLD. SECURITY DEFINER: whoever may
+-- delete the row may tombstone it, whatever update rights its role lacks.
+create or replace function ferry.tombstone_delete() returns trigger
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_match text;
+begin
+    if coalesce(nullif(pg_catalog.current_setting('ferry.hard_delete', true), ''), 'off')::boolean then
+        return old;
+    end if;
+    if not old._deleted then
+        select pg_catalog.string_agg(pg_catalog.format('t.%1$I = ($1).%1$I', k.name), ' and ')
+            into v_match
+            from pg_catalog.unnest(tg_argv) k(name);
+        execute pg_catalog.format('update %I.%I t set _deleted = true where %s', tg_table_schema, tg_table_name, v_match)
+            using old;
+    end if;
+    return null;
+end
+$$;
+
+comment on function ferry.tombstone_delete() is
+    'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on.';
+
+revoke all on function ferry.tombstone_delete() from public;
