@@ -32,6 +32,8 @@ public struct HTTPTestClientError: Error, Equatable, CustomStringConvertible {
     /// A connect to `host:port` that nothing listens on (ECONNREFUSED).
     public static func refused(port: Int, host: String = "127.0.0.1") -> HTTPTestClientError {
         HTTPTestClientError(description: "connect \(host):\(port): errno \(ECONNREFUSED)")
+    }
+
     /// The server closed the connection (an end of stream or a reset) while more was awaited.
     public static let connectionEnded = HTTPTestClientError(description: "connection closed by the server")
 

@@ -39,6 +39,58 @@ $$;
 
 
 --
+-- Name: caller_credentials(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    select u.email, u.password_hash into email, password_hash
+        from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null;
+    if not found then
+        status := 'revoked';
+    elsif email is null then
+        status := 'anonymous';
+    else
+        status := 'ok';
+    end if;
+end
+$$;
+
+
+--
+-- Name: change_password(text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
+        for update of u;
+    if not found then
+        status := 'revoked';
+        return;
+    end if;
+    if account.password_hash is distinct from p_checked_hash then
+        status := 'changed';
+        return;
+    end if;
+    session_id := ferry.replace_password(account.id, p_new_hash, ferry.device_id(), p_refresh_hash);
+    email := account.email;
+    status := 'ok';
+end
+$$;
+
+
+--
 -- Name: claim_lock(text, text, boolean); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -87,6 +139,30 @@ begin
     return ferry.lock_answer(v_device, v_now);
 end
 $_$;
+
+
+--
+-- Name: claim_mail(integer, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) RETURNS TABLE(id bigint, kind text, recipient text, code text, valid_minutes integer, attempts integer)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    delete from ferry.mail_queue m
+        where m.id in (select e.id from ferry.mail_queue e where e.expires_at <= now() for update skip locked);
+    with due as (
+        select m.id from ferry.mail_queue m
+        where m.next_attempt_at <= now() and m.expires_at > now()
+        order by m.next_attempt_at
+        limit p_batch
+        for update skip locked
+    )
+    update ferry.mail_queue m
+        set next_attempt_at = now() + make_interval(secs => p_lease_seconds), attempts = m.attempts + 1
+        from due where m.id = due.id
+        returning m.id, m.kind, m.recipient, m.code, m.valid_minutes, m.attempts;
+$$;
 
 
 --
@@ -282,6 +358,17 @@ $$;
 
 
 --
+-- Name: current_timeline(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.current_timeline() RETURNS integer
+    LANGUAGE sql PARALLEL SAFE
+    AS $$
+    select ('x' || pg_catalog.left(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 8))::bit(32)::integer
+$$;
+
+
+--
 -- Name: delete_account(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -339,6 +426,49 @@ CREATE FUNCTION ferry.device_id() RETURNS text
 
 
 --
+-- Name: duplicate_result(bigint); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.duplicate_result(p_id bigint) RETURNS jsonb
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    select pg_catalog.jsonb_build_object('id', p_id, 'status', 'duplicate')
+        || case
+            when r.code is not null then pg_catalog.jsonb_build_object('original', 'rejected', 'code', r.code,
+                'message', r.message)
+            when p_id >= d.outcomes_from then '{"original": "applied"}'::jsonb
+            else '{}'::jsonb end
+    from (select) one
+    left join ferry.devices d on d.user_id = ferry.uid() and d.device_id = ferry.device_id()
+    left join ferry.rejected_mutations r
+        on r.user_id = d.user_id and r.device_id = d.device_id and r.mutation_id = p_id;
+$$;
+
+
+--
+-- Name: FUNCTION duplicate_result(p_id bigint); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.duplicate_result(p_id bigint) IS 'A duplicate mutation''s result for the caller''s device: {"id", "status": "duplicate"} with its "original" outcome while it is remembered.';
+
+
+--
+-- Name: enqueue_mail(text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    insert into ferry.mail_queue (kind, recipient, code, valid_minutes, expires_at)
+        values (p_kind, p_recipient, p_code, p_minutes, now() + make_interval(mins => p_minutes));
+end
+$$;
+
+
+--
 -- Name: find_credentials(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -351,6 +481,52 @@ begin
     from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email);
 end
 $$;
+
+
+--
+-- Name: finish_restore(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.finish_restore() RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $_$
+declare
+    v_table regclass;
+    v_rows bigint;
+    v_total bigint := 0;
+    v_floor xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+begin
+    perform from ferry.history for update;
+    for v_table in select s.table_name from ferry.synced_tables s order by s.table_name::text loop
+        execute pg_catalog.format('alter table %s disable trigger ferry_stamp, disable trigger ferry_cue_update', v_table);
+        execute pg_catalog.format('update %s t set _stamp = pg_catalog.pg_current_xact_id() where t._stamp >= $1', v_table)
+            using v_floor;
+        get diagnostics v_rows = row_count;
+        v_total := v_total + v_rows;
+        execute pg_catalog.format('alter table %s enable trigger ferry_stamp, enable trigger ferry_cue_update', v_table);
+    end loop;
+    delete from ferry.watermelon_cursors;
+    update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
+    delete from ferry.timeline_ancestry;
+    update ferry.history h set
+        epoch = h.epoch + 1,
+        system_identifier = (select s.system_identifier from pg_catalog.pg_control_system() s),
+        database_oid = (select d.oid from pg_catalog.pg_database d where d.datname = pg_catalog.current_database()),
+        timeline = ferry.current_timeline(),
+        began_at_lsn = pg_catalog.pg_current_wal_insert_lsn(),
+        began_on_timeline = ferry.current_timeline(),
+        began_at = pg_catalog.now();
+    return v_total;
+end
+$_$;
+
+
+--
+-- Name: FUNCTION finish_restore(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.finish_restore() IS 'After a logical restore: restamps the synced rows, drops the old history''s WatermelonDB timestamps and purge horizon, and begins a new epoch (ferry restore-finish).';
 
 
 --
@@ -394,6 +570,75 @@ $_$;
 
 
 --
+-- Name: history_here(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.history_here() RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+    v_epoch bigint;
+begin
+    select h.epoch into v_epoch from ferry.history h;
+    return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
+        'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
+        'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
+end
+$$;
+
+
+--
+-- Name: history_left(jsonb, jsonb); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+declare
+    v_epoch bigint;
+    v_timeline integer;
+    v_lsn pg_lsn;
+    v_started text;
+begin
+    -- The usual case, as one expression: this epoch, timeline and start, not ahead.
+    if p_made -> 'epoch' = p_here -> 'epoch' and p_made -> 'timeline' = p_here -> 'timeline'
+        and p_made -> 'started' = p_here -> 'started'
+        and (p_made ->> 'lsn')::pg_lsn <= (p_here ->> 'lsn')::pg_lsn
+    then
+        return false;
+    end if;
+    if p_made ? 'epoch' or p_made ? 'timeline' or p_made ? 'lsn' or p_made ? 'started' then
+        v_epoch := (p_made ->> 'epoch')::bigint;
+        v_timeline := (p_made ->> 'timeline')::integer;
+        v_lsn := (p_made ->> 'lsn')::pg_lsn;
+        v_started := p_made ->> 'started';
+        if v_epoch is null or v_timeline is null or v_lsn is null or v_started is null then
+            raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
+    else
+        select 1, h.began_on_timeline, h.began_at_lsn into v_epoch, v_timeline, v_lsn from ferry.history h;
+    end if;
+    if v_epoch <> (p_here ->> 'epoch')::bigint or v_lsn > (p_here ->> 'lsn')::pg_lsn then
+        return true;
+    end if;
+    -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
+    -- (null after a clean shutdown): past that end, it saw commits this history lost.
+    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
+        return true;
+    end if;
+    if v_timeline = (p_here ->> 'timeline')::integer then
+        return false;
+    end if;
+    -- Another timeline: kept only if it is an ancestor of the one noted, which is this
+    -- one, and was left after the cursor was made.
+    return not exists (
+        select from ferry.history h join ferry.timeline_ancestry a on a.timeline = v_timeline
+        where h.timeline = (p_here ->> 'timeline')::integer and a.ended_at >= v_lsn);
+end
+$$;
+
+
+--
 -- Name: install_pull_reader(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -410,9 +655,15 @@ declare
     v_query text;
     v_resume_from text;
     v_resume_where text;
+    -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
+    -- a takeover from the pull its cue starts, with no heartbeat of its own.
+    v_lock_holder text := '';
 begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
+    end if;
+    if exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock') then
+        v_lock_holder := ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)';
     end if;
     select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
         pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
@@ -433,7 +684,7 @@ begin
                 select pg_catalog.row_number() over (order by t._stamp, %1$s) as n,
                     t._stamp as stamp, t._deleted as deleted,
                     pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[] as body,
+                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
                     pg_catalog.jsonb_build_object(%2$s) as key
                 from %3$s t%4$s
                 where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
@@ -651,7 +902,7 @@ begin
                     pg_catalog.string_agg(pg_catalog.format('case when p_row ? %L then p.%I else %s end',
                         a.attname, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
                         E',\n                    ' order by a.attnum) as values_list,
-                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L then excluded.%1$I else t.%1$I end',
+                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets
@@ -829,6 +1080,25 @@ CREATE FUNCTION ferry.internal_columns() RETURNS name[]
 
 
 --
+-- Name: issue_code(uuid, text, text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    insert into ferry.account_codes (user_id, purpose, code_hash, expires_at)
+        values (p_user, p_purpose, p_code_hash, now() + make_interval(mins => p_minutes))
+        on conflict (user_id, purpose) do update
+            set code_hash = excluded.code_hash, expires_at = excluded.expires_at, failed_attempts = 0,
+                created_at = now();
+    perform ferry.enqueue_mail(p_purpose, p_email, p_code, p_minutes);
+end
+$$;
+
+
+--
 -- Name: issue_watermelon_cursor(pg_snapshot, bigint); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -956,6 +1226,34 @@ $$;
 
 
 --
+-- Name: mail_failed(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.mail_failed(p_id bigint, p_error text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    update ferry.mail_queue m
+        set last_error = pg_catalog.left(p_error, 500),
+            next_attempt_at = now() + make_interval(
+                secs => least(5 * pg_catalog.power(2, least(m.attempts - 1, 16)), 300) * (1 + pg_catalog.random() / 5))
+        where m.id = p_id;
+$$;
+
+
+--
+-- Name: mail_sent(bigint); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.mail_sent(p_id bigint) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    delete from ferry.mail_queue m where m.id = p_id;
+$$;
+
+
+--
 -- Name: move_user_rows(uuid, uuid); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -987,6 +1285,57 @@ begin
     update ferry.watermelon_cursors c set user_id = p_to where c.user_id = p_from;
 end
 $_$;
+
+
+--
+-- Name: note_history(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.note_history() RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_history ferry.history;
+    v_timeline integer := ferry.current_timeline();
+    v_file text;
+begin
+    select * into v_history from ferry.history h;
+    if v_history.system_identifier <> (select s.system_identifier from pg_catalog.pg_control_system() s)
+        or v_history.database_oid <> (select d.oid from pg_catalog.pg_database d where d.datname = pg_catalog.current_database())
+    then
+        return 'restored';
+    end if;
+    if v_history.timeline = v_timeline then
+        return 'current';
+    end if;
+    select * into v_history from ferry.history h for update;
+    if v_history.timeline = v_timeline then
+        return 'current';
+    end if;
+    begin
+        v_file := pg_catalog.pg_read_file(pg_catalog.format('pg_wal/%s.history',
+            pg_catalog.lpad(pg_catalog.upper(pg_catalog.to_hex(v_timeline)), 8, '0')));
+    exception when insufficient_privilege or undefined_file then
+        raise warning 'ferry: cannot read the history file of timeline %: every cursor made on an earlier timeline expires', v_timeline
+            using hint = 'let the role that ran ferry migrate read it (grant pg_read_server_files)';
+    end;
+    delete from ferry.timeline_ancestry;
+    -- Lines "parent-timeline <tab> switch-point <tab> reason"; comments and blank lines skipped.
+    insert into ferry.timeline_ancestry (timeline, ended_at)
+        select m[1]::integer, m[2]::pg_lsn
+        from pg_catalog.regexp_matches(coalesce(v_file, ''), '^\s*(\d+)\s+([0-9A-Fa-f]+/[0-9A-Fa-f]+)', 'gn') m;
+    update ferry.history set timeline = v_timeline;
+    return 'current';
+end
+$$;
+
+
+--
+-- Name: FUNCTION note_history(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.note_history() IS 'Notes the database''s history before serving: ''restored'' after a logical restore (run ferry restore-finish), else ''current'', recording a new timeline''s ancestry.';
 
 
 --
@@ -1059,6 +1408,7 @@ declare
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
+    v_here jsonb := ferry.history_here();
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -1083,6 +1433,10 @@ begin
             end if;
         elsif v_since is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
+        if ferry.history_left(v_cursor, v_here) then
+            raise exception 'pull: the cursor was made in another history of the database (a restore, a point-in-time recovery or a failover that lost commits)'
+                using errcode = 'FR409', hint = 'pull without a cursor';
         end if;
         -- The purge horizon (header of this file): a tombstone this cursor has not seen
         -- may be gone. Checked in this statement's snapshot, the one the rows are read in.
@@ -1134,8 +1488,8 @@ begin
         'changes', v_changes,
         'cursor', case
             when v_has_more then (pg_catalog.jsonb_build_object(
-                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position)::text
-            else pg_catalog.jsonb_build_object('since', v_until::text)::text
+                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position || v_here)::text
+            else (pg_catalog.jsonb_build_object('since', v_until::text) || v_here)::text
         end,
         'has_more', v_has_more,
         'last_mutation_id', v_last);
@@ -1213,6 +1567,7 @@ begin
         exit when v_left <= 0;
     end loop;
     perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
+    perform ferry.trim_rejected_mutations(p_older_than, p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),
@@ -1406,6 +1761,10 @@ declare
     v_wrote boolean;
     v_skip_cues text := pg_catalog.current_setting('ferry.skip_cues', true);
     v_cued text[] := '{}'::text[];
+    v_rejected_ids bigint[] := '{}'::bigint[];
+    v_rejected_codes text[] := '{}'::text[];
+    v_rejected_messages text[] := '{}'::text[];
+    v_earlier integer;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -1466,7 +1825,13 @@ begin
     for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
         v_id := (v_m ->> 'id')::bigint;
         if v_id <= v_last then
-            v_results := v_results || pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate');
+            -- Its original outcome (ferry.duplicate_result, outcomes.sql), or this batch's
+            -- when the batch named it before.
+            v_earlier := pg_catalog.array_position(v_rejected_ids, v_id);
+            v_results := v_results || case when v_earlier is not null then pg_catalog.jsonb_build_object(
+                    'id', v_id, 'status', 'duplicate', 'original', 'rejected', 'code', v_rejected_codes[v_earlier],
+                    'message', v_rejected_messages[v_earlier])
+                else ferry.duplicate_result(v_id) end;
             continue;
         end if;
         v_last := v_id;
@@ -1586,8 +1951,13 @@ begin
                     exit mutation;
                 end if;
                 v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
-                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = excluded.%1$I', k), ', ')
-                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                -- A tombstone revived starts from the given columns: the others take their
+                -- defaults (what excluded holds for a column the insert does not name).
+                v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                        then pg_catalog.format('%1$I = excluded.%1$I', k)
+                        else pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end', k) end,
+                        ', ')
+                    from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
                 execute pg_catalog.format(
                     'insert into %s as t (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)'
                         ' on conflict (%s) do update set %s_deleted = false',
@@ -1643,7 +2013,13 @@ begin
                 v_code := 'immutable';
                 v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
             else
-                -- An overwrite, or a revived tombstone: a merge write of the given columns.
+                -- An overwrite, a merge write of the given columns; or a revived tombstone,
+                -- which starts from the given columns (the others take their defaults).
+                if v_deleted then
+                    v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                            then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
+                        from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
+                end if;
                 execute pg_catalog.format(
                     'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
                     v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
@@ -1674,6 +2050,11 @@ begin
             when v_code = 'duplicate' then pg_catalog.jsonb_build_object('id', v_id, 'status', 'duplicate')
             else pg_catalog.jsonb_build_object('id', v_id, 'status', 'rejected', 'code', v_code, 'message', v_message)
         end;
+        if v_code is not null and v_code <> 'duplicate' then
+            v_rejected_ids := v_rejected_ids || v_id;
+            v_rejected_codes := v_rejected_codes || v_code;
+            v_rejected_messages := v_rejected_messages || v_message;
+        end if;
     end loop;
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
@@ -1682,6 +2063,9 @@ begin
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);
+    if pg_catalog.cardinality(v_rejected_ids) > 0 then
+        perform ferry.remember_rejections(v_rejected_ids, v_rejected_codes, v_rejected_messages);
+    end if;
     return pg_catalog.jsonb_build_object('last_mutation_id', v_last, 'results', pg_catalog.to_jsonb(v_results));
 end
 $_$;
@@ -1743,10 +2127,44 @@ $$;
 
 
 --
--- Name: refresh_session(text, text); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: redeem_code(uuid, text, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) RETURNS record
+CREATE FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    live ferry.account_codes;
+begin
+    select * into live from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose for update;
+    if not found then
+        return false;
+    end if;
+    if live.expires_at <= now() then
+        delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        return false;
+    end if;
+    if live.code_hash <> p_code_hash then
+        if live.failed_attempts + 1 >= 5 then
+            delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        else
+            update ferry.account_codes c set failed_attempts = c.failed_attempts + 1
+                where c.user_id = p_user and c.purpose = p_purpose;
+        end if;
+        return false;
+    end if;
+    delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+    return true;
+end
+$$;
+
+
+--
+-- Name: refresh_session(text, text, text, text, interval); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -1754,30 +2172,43 @@ declare
     token ferry.refresh_tokens;
     owner ferry.sessions;
 begin
+    -- Concurrent refreshes of one token queue here; each sees the one before it committed.
     select * into token from ferry.refresh_tokens r where r.token_hash = p_token_hash for update;
-    if not found then
-        status := 'invalid';
-        return;
+    if found then
+        select * into owner from ferry.sessions s where s.id = token.session_id for update;
+    else
+        select * into owner from ferry.sessions s where s.refresh_chain = p_chain for update;
+        if not found then
+            status := 'invalid';
+            return;
+        end if;
     end if;
-    select * into owner from ferry.sessions s where s.id = token.session_id for update;
     session_id := owner.id;
     user_id := owner.user_id;
     if owner.revoked_at is not null then
         status := 'revoked';
         return;
     end if;
-    if token.used_at is not null then
+    if token.token_hash is null or (token.used_at is not null and token.used_at <= now() - p_grace) then
         update ferry.sessions s set revoked_at = now() where s.id = owner.id;
         perform ferry.announce_revocation(owner.id, owner.user_id, 'token_reused');
         status := 'reused';
         return;
     end if;
-    update ferry.refresh_tokens r set used_at = now() where r.token_hash = p_token_hash;
-    insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+    if token.used_at is not null then
+        sealed := token.sealed_successor;
+        status := 'grace';
+    else
+        delete from ferry.refresh_tokens r where r.session_id = owner.id and r.used_at is not null;
+        update ferry.refresh_tokens r set used_at = now(), sealed_successor = p_sealed
+            where r.token_hash = p_token_hash;
+        insert into ferry.refresh_tokens (token_hash, session_id) values (p_new_hash, owner.id);
+        update ferry.sessions s set refresh_chain = coalesce(s.refresh_chain, p_chain) where s.id = owner.id;
+        status := 'ok';
+    end if;
     update ferry.sessions s set last_seen_at = now() where s.id = owner.id;
     update ferry.users u set last_seen_at = now() where u.id = owner.user_id returning u.email into email;
     device_id := owner.device_id;
-    status := 'ok';
 end
 $$;
 
@@ -2030,6 +2461,67 @@ $_$;
 
 
 --
+-- Name: remember_rejections(bigint[], text[], text[]); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    insert into ferry.rejected_mutations (user_id, device_id, mutation_id, code, message)
+    select ferry.uid(), ferry.device_id(), r.id, r.code, pg_catalog.left(coalesce(r.message, ''), 500)
+    from rows from (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_codes), pg_catalog.unnest(p_messages)) r(id, code, message)
+    on conflict do nothing;
+$$;
+
+
+--
+-- Name: FUNCTION remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) IS 'Stores a push batch''s rejections for the caller''s device, so a retried push''s duplicate carries them (docs/PROTOCOL.md "Push").';
+
+
+--
+-- Name: replace_password(uuid, text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    update ferry.users u set password_hash = p_password_hash, last_seen_at = now() where u.id = p_user;
+    delete from ferry.account_codes c where c.user_id = p_user and c.purpose = 'recovery';
+    perform ferry.announce_revocation(s.id, p_user, 'password_changed')
+        from ferry.sessions s where s.user_id = p_user and s.revoked_at is null;
+    update ferry.sessions s set revoked_at = now() where s.user_id = p_user and s.revoked_at is null;
+    return ferry.open_session(p_user, p_device, p_refresh_hash);
+end
+$$;
+
+
+--
+-- Name: request_password_reset(text, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target uuid;
+begin
+    select u.id into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null;
+    if found then
+        perform ferry.issue_code(target, 'recovery', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
+    end if;
+end
+$$;
+
+
+--
 -- Name: reserve_sign_in(text, text, integer, integer, interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2090,6 +2582,32 @@ begin
     insert into ferry.sign_in_attempts (email, address, reserved_at)
     values (p_email, p_address, v_now)
     returning id into attempt_id;
+end
+$$;
+
+
+--
+-- Name: reset_password(text, text, text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target ferry.users;
+begin
+    select u.* into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null
+        for update;
+    if not found or not ferry.redeem_code(target.id, 'recovery', p_code_hash) then
+        status := 'invalid_code';
+        return;
+    end if;
+    session_id := ferry.replace_password(target.id, p_new_hash, p_device, p_refresh_hash);
+    user_id := target.id;
+    email := target.email;
+    status := 'ok';
 end
 $$;
 
@@ -2421,6 +2939,44 @@ $_$;
 --
 
 COMMENT ON FUNCTION ferry.tombstone_delete() IS 'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on.';
+
+
+--
+-- Name: trim_rejected_mutations(interval, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_count bigint;
+begin
+    with gone as (
+        delete from ferry.rejected_mutations r where (r.user_id, r.device_id, r.mutation_id) in (
+            select x.user_id, x.device_id, x.mutation_id from ferry.rejected_mutations x
+            where x.rejected_at < pg_catalog.now() - p_older_than
+            order by x.rejected_at
+            limit p_batch
+            for update skip locked)
+        returning r.user_id, r.device_id, r.mutation_id
+    ), raised as (
+        update ferry.devices d set outcomes_from = greatest(d.outcomes_from, g.through + 1)
+        from (select g.user_id, g.device_id, pg_catalog.max(g.mutation_id) as through from gone g
+              group by g.user_id, g.device_id) g
+        where d.user_id = g.user_id and d.device_id = g.device_id
+    )
+    select pg_catalog.count(*) into v_count from gone;
+    return v_count;
+end
+$$;
+
+
+--
+-- Name: FUNCTION trim_rejected_mutations(p_older_than interval, p_batch integer); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) IS 'Deletes at most batch rejections older than older_than and raises their devices'' outcomes_from past them; returns the count.';
 
 
 --
@@ -2857,6 +3413,40 @@ begin
         v_changes := p_body::jsonb;
     exception when untranslatable_character then
         -- Every "\\" becomes "\u005c" (the same string), so what still reads "\u0000" is one.
+        -- In a table name, an id or a column name it is refused: dropping it would write
+        -- another key ("g\u0000t" as "gt"). Marked first as the six characters \u0000
+        -- (a "\\u0000"), it shows in those keys; in values it is then dropped.
+        v_changes := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '\\u0000')::jsonb;
+        select pg_catalog.format('table "%s": %s', e.key, k.what) into v_first
+            from pg_catalog.jsonb_each(case when pg_catalog.jsonb_typeof(v_changes) = 'object' then v_changes else '{}' end) e
+            left join lateral (
+                select 'the table name' as what where pg_catalog.strpos(e.key, '\u0000') > 0
+                union all
+                select pg_catalog.format('id "%s"', r.value ->> 'id')
+                    from pg_catalog.jsonb_array_elements(
+                        case when pg_catalog.jsonb_typeof(e.value -> 'created') = 'array' then e.value -> 'created' else '[]'::jsonb end
+                        || case when pg_catalog.jsonb_typeof(e.value -> 'updated') = 'array' then e.value -> 'updated' else '[]'::jsonb end
+                    ) r
+                    where pg_catalog.strpos(r.value ->> 'id', '\u0000') > 0
+                union all
+                select pg_catalog.format('id "%s"', d.value #>> '{}')
+                    from pg_catalog.jsonb_array_elements(case when pg_catalog.jsonb_typeof(e.value -> 'deleted') = 'array' then e.value -> 'deleted' else '[]'::jsonb end) d
+                    where pg_catalog.strpos(d.value #>> '{}', '\u0000') > 0
+                union all
+                select pg_catalog.format('column "%s"', c.key)
+                    from pg_catalog.jsonb_array_elements(
+                        case when pg_catalog.jsonb_typeof(e.value -> 'created') = 'array' then e.value -> 'created' else '[]'::jsonb end
+                        || case when pg_catalog.jsonb_typeof(e.value -> 'updated') = 'array' then e.value -> 'updated' else '[]'::jsonb end
+                    ) r,
+                        pg_catalog.jsonb_each(case when pg_catalog.jsonb_typeof(r.value) = 'object' then r.value end) c
+                    where pg_catalog.strpos(c.key, '\u0000') > 0
+                limit 1
+            ) k on true
+            where k.what is not null
+            order by e.key limit 1;
+        if v_first is not null then
+            raise exception '%: a \u0000 cannot be in a table name, an id or a column name', v_first using errcode = '22023';
+        end if;
         v_changes := pg_catalog.replace(pg_catalog.replace(p_body, '\\', '\u005c'), '\u0000', '')::jsonb;
     end;
 
@@ -3247,6 +3837,13 @@ begin
             join pg_catalog.pg_type ty on ty.oid = a.atttypid
             join pg_catalog.pg_namespace tn on tn.oid = ty.typnamespace
             where c.name = any (v_group.given);
+        -- A tombstone revived starts from the given columns: the others take their
+        -- defaults (what excluded holds for a column the insert does not name).
+        v_sets := coalesce(v_sets, '') || coalesce((
+            select pg_catalog.string_agg(pg_catalog.format('%1$I = case when t._deleted then excluded.%1$I else t.%1$I end, ',
+                c ->> 'name'), '' order by c ->> 'name')
+            from pg_catalog.jsonb_array_elements(v_writable) c
+            where not (c ->> 'name') = any (v_group.given)), '');
         v_sql := pg_catalog.format(
             'with w as (insert into %s as t (%sid%s) select %se.r ->> ''id''%s from pg_catalog.jsonb_array_elements($1) e(r)'
                 ' on conflict (%s) do %s returning t.id) select pg_catalog.array_agg(w.id) from w',
@@ -3438,16 +4035,89 @@ COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) I
 
 
 --
+-- Name: account_codes; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.account_codes (
+    user_id uuid NOT NULL,
+    purpose text NOT NULL,
+    code_hash text NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    failed_attempts integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT account_codes_purpose_check CHECK ((purpose = ANY (ARRAY['recovery'::text, 'confirmation'::text])))
+);
+
+
+--
 -- Name: devices; Type: TABLE; Schema: ferry; Owner: -
 --
 
 CREATE TABLE ferry.devices (
     user_id uuid NOT NULL,
     device_id text NOT NULL,
-    last_mutation_id bigint DEFAULT 0 NOT NULL
+    last_mutation_id bigint DEFAULT 0 NOT NULL,
+    outcomes_from bigint DEFAULT 0 NOT NULL
 );
 
 ALTER TABLE ONLY ferry.devices FORCE ROW LEVEL SECURITY;
+
+
+--
+-- Name: history; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.history (
+    one boolean DEFAULT true NOT NULL,
+    epoch bigint DEFAULT 1 NOT NULL,
+    system_identifier bigint NOT NULL,
+    database_oid oid NOT NULL,
+    timeline integer NOT NULL,
+    began_at_lsn pg_lsn NOT NULL,
+    began_on_timeline integer NOT NULL,
+    began_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT history_one_check CHECK (one)
+);
+
+
+--
+-- Name: TABLE history; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.history IS 'One row: the epoch, cluster, database and timeline a cursor must name to be honoured (docs/ARCHITECTURE.md, "A cursor names its history").';
+
+
+--
+-- Name: mail_queue; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.mail_queue (
+    id bigint NOT NULL,
+    kind text NOT NULL,
+    recipient text NOT NULL,
+    code text NOT NULL,
+    valid_minutes integer NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT mail_queue_kind_check CHECK ((kind = ANY (ARRAY['recovery'::text, 'confirmation'::text])))
+);
+
+
+--
+-- Name: mail_queue_id_seq; Type: SEQUENCE; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ferry.mail_queue ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME ferry.mail_queue_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 
 --
@@ -3478,8 +4148,30 @@ CREATE TABLE ferry.refresh_tokens (
     token_hash text NOT NULL,
     session_id uuid NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    used_at timestamp with time zone
+    used_at timestamp with time zone,
+    sealed_successor text
 );
+
+
+--
+-- Name: rejected_mutations; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.rejected_mutations (
+    user_id uuid NOT NULL,
+    device_id text NOT NULL,
+    mutation_id bigint NOT NULL,
+    code text NOT NULL,
+    message text NOT NULL,
+    rejected_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE rejected_mutations; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.rejected_mutations IS 'Each device''s rejected mutations from its outcomes_from on, so a retried push''s duplicate carries the original outcome (docs/PROTOCOL.md "Push"); purged with tombstone retention.';
 
 
 --
@@ -3491,7 +4183,7 @@ CREATE TABLE ferry.revocations (
     user_id uuid NOT NULL,
     reason text NOT NULL,
     revoked_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT revocations_reason_check CHECK ((reason = ANY (ARRAY['signed_out'::text, 'token_reused'::text, 'account_deleted'::text])))
+    CONSTRAINT revocations_reason_check CHECK ((reason = ANY (ARRAY['signed_out'::text, 'token_reused'::text, 'account_deleted'::text, 'password_changed'::text])))
 );
 
 
@@ -3523,7 +4215,8 @@ CREATE TABLE ferry.sessions (
     device_id text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
-    revoked_at timestamp with time zone
+    revoked_at timestamp with time zone,
+    refresh_chain text
 );
 
 
@@ -3579,6 +4272,23 @@ CREATE TABLE ferry.synced_tables (
 
 
 --
+-- Name: timeline_ancestry; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.timeline_ancestry (
+    timeline integer NOT NULL,
+    ended_at pg_lsn NOT NULL
+);
+
+
+--
+-- Name: TABLE timeline_ancestry; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.timeline_ancestry IS 'The noted timeline''s ancestors and where each was left, from its timeline history file.';
+
+
+--
 -- Name: users; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -3625,11 +4335,35 @@ COMMENT ON TABLE ferry.watermelon_cursors IS 'The snapshot each WatermelonDB tim
 
 
 --
+-- Name: account_codes account_codes_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.account_codes
+    ADD CONSTRAINT account_codes_pkey PRIMARY KEY (user_id, purpose);
+
+
+--
 -- Name: devices devices_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
 ALTER TABLE ONLY ferry.devices
     ADD CONSTRAINT devices_pkey PRIMARY KEY (user_id, device_id);
+
+
+--
+-- Name: history history_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.history
+    ADD CONSTRAINT history_pkey PRIMARY KEY (one);
+
+
+--
+-- Name: mail_queue mail_queue_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.mail_queue
+    ADD CONSTRAINT mail_queue_pkey PRIMARY KEY (id);
 
 
 --
@@ -3646,6 +4380,14 @@ ALTER TABLE ONLY ferry.purge_horizon
 
 ALTER TABLE ONLY ferry.refresh_tokens
     ADD CONSTRAINT refresh_tokens_pkey PRIMARY KEY (token_hash);
+
+
+--
+-- Name: rejected_mutations rejected_mutations_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.rejected_mutations
+    ADD CONSTRAINT rejected_mutations_pkey PRIMARY KEY (user_id, device_id, mutation_id);
 
 
 --
@@ -3689,6 +4431,14 @@ ALTER TABLE ONLY ferry.synced_tables
 
 
 --
+-- Name: timeline_ancestry timeline_ancestry_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.timeline_ancestry
+    ADD CONSTRAINT timeline_ancestry_pkey PRIMARY KEY (timeline);
+
+
+--
 -- Name: users users_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -3705,6 +4455,13 @@ ALTER TABLE ONLY ferry.watermelon_cursors
 
 
 --
+-- Name: mail_queue_due; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX mail_queue_due ON ferry.mail_queue USING btree (next_attempt_at);
+
+
+--
 -- Name: refresh_tokens_session; Type: INDEX; Schema: ferry; Owner: -
 --
 
@@ -3712,10 +4469,24 @@ CREATE INDEX refresh_tokens_session ON ferry.refresh_tokens USING btree (session
 
 
 --
+-- Name: rejected_mutations_rejected_at; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX rejected_mutations_rejected_at ON ferry.rejected_mutations USING btree (rejected_at);
+
+
+--
 -- Name: revocations_time; Type: INDEX; Schema: ferry; Owner: -
 --
 
 CREATE INDEX revocations_time ON ferry.revocations USING btree (revoked_at);
+
+
+--
+-- Name: sessions_refresh_chain; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE UNIQUE INDEX sessions_refresh_chain ON ferry.sessions USING btree (refresh_chain) WHERE (refresh_chain IS NOT NULL);
 
 
 --
@@ -3761,6 +4532,14 @@ CREATE UNIQUE INDEX users_email_key ON ferry.users USING btree (lower(email));
 
 
 --
+-- Name: account_codes account_codes_user_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.account_codes
+    ADD CONSTRAINT account_codes_user_id_fkey FOREIGN KEY (user_id) REFERENCES ferry.users(id) ON DELETE CASCADE;
+
+
+--
 -- Name: devices devices_user_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -3774,6 +4553,14 @@ ALTER TABLE ONLY ferry.devices
 
 ALTER TABLE ONLY ferry.refresh_tokens
     ADD CONSTRAINT refresh_tokens_session_id_fkey FOREIGN KEY (session_id) REFERENCES ferry.sessions(id) ON DELETE CASCADE;
+
+
+--
+-- Name: rejected_mutations rejected_mutations_user_id_device_id_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.rejected_mutations
+    ADD CONSTRAINT rejected_mutations_user_id_device_id_fkey FOREIGN KEY (user_id, device_id) REFERENCES ferry.devices(user_id, device_id) ON DELETE CASCADE;
 
 
 --
@@ -3828,11 +4615,35 @@ REVOKE ALL ON FUNCTION ferry.announce_revocation(p_session uuid, p_user uuid, p_
 
 
 --
+-- Name: FUNCTION caller_credentials(OUT status text, OUT email text, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, OUT password_hash text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) TO ferry_client;
+
+
+--
 -- Name: FUNCTION claim_lock(p_table text, p_key text, p_force boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.claim_lock(p_table text, p_key text, p_force boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.claim_lock(p_table text, p_key text, p_force boolean) TO ferry_client;
+
+
+--
+-- Name: FUNCTION claim_mail(p_batch integer, p_lease_seconds integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer) TO ferry_gateway;
 
 
 --
@@ -3899,6 +4710,14 @@ GRANT ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text) TO
 
 
 --
+-- Name: FUNCTION current_timeline(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.current_timeline() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.current_timeline() TO ferry_client;
+
+
+--
 -- Name: FUNCTION delete_account(); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3914,6 +4733,21 @@ REVOKE ALL ON FUNCTION ferry.delete_user_rows(p_user uuid) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION duplicate_result(p_id bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.duplicate_result(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.duplicate_result(p_id bigint) TO ferry_client;
+
+
+--
+-- Name: FUNCTION enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code text, p_minutes integer) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION find_credentials(p_email text, OUT user_id uuid, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -3922,11 +4756,34 @@ GRANT ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT
 
 
 --
+-- Name: FUNCTION finish_restore(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.finish_restore() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION heartbeat_lock(p_table text, p_key text); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.heartbeat_lock(p_table text, p_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.heartbeat_lock(p_table text, p_key text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION history_here(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.history_here() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.history_here() TO ferry_client;
+
+
+--
+-- Name: FUNCTION history_left(p_made jsonb, p_here jsonb); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.history_left(p_made jsonb, p_here jsonb) TO ferry_client;
 
 
 --
@@ -3973,6 +4830,13 @@ GRANT ALL ON FUNCTION ferry.internal_columns() TO ferry_client;
 
 
 --
+-- Name: FUNCTION issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.issue_code(p_user uuid, p_purpose text, p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION issue_watermelon_cursor(p_snapshot pg_snapshot, p_presented bigint); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4011,10 +4875,34 @@ REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owne
 
 
 --
+-- Name: FUNCTION mail_failed(p_id bigint, p_error text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.mail_failed(p_id bigint, p_error text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.mail_failed(p_id bigint, p_error text) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION mail_sent(p_id bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.mail_sent(p_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.mail_sent(p_id bigint) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION move_user_rows(p_from uuid, p_to uuid); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION note_history(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.note_history() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.note_history() TO ferry_gateway;
 
 
 --
@@ -4104,11 +4992,18 @@ GRANT ALL ON FUNCTION ferry.recent_revocations(p_since timestamp with time zone,
 
 
 --
--- Name: FUNCTION refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION redeem_code(p_user uuid, p_purpose text, p_code_hash text); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_new_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text) TO ferry_gateway;
+REVOKE ALL ON FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) TO ferry_gateway;
 
 
 --
@@ -4134,11 +5029,42 @@ GRANT ALL ON FUNCTION ferry.release_lock(p_table text, p_key text) TO ferry_clie
 
 
 --
+-- Name: FUNCTION remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], p_messages text[]) TO ferry_client;
+
+
+--
+-- Name: FUNCTION replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.reserve_sign_in(p_email text, p_address text, p_failed_limit integer, p_sign_in_limit integer, p_window interval, OUT attempt_id bigint, OUT refused text, OUT retry_after_seconds integer) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.reset_password(p_email text, p_code_hash text, p_new_hash text, p_device text, p_refresh_hash text, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT email text) TO ferry_gateway;
 
 
 --
@@ -4222,6 +5148,13 @@ REVOKE ALL ON FUNCTION ferry.tables_keyed_across_users(OUT table_name regclass, 
 --
 
 REVOKE ALL ON FUNCTION ferry.tombstone_delete() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION trim_rejected_mutations(p_older_than interval, p_batch integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.trim_rejected_mutations(p_older_than interval, p_batch integer) FROM PUBLIC;
 
 
 --
@@ -4374,6 +5307,13 @@ GRANT SELECT ON TABLE ferry.devices TO ferry_client;
 
 
 --
+-- Name: TABLE history; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT SELECT ON TABLE ferry.history TO ferry_client;
+
+
+--
 -- Name: TABLE purge_horizon; Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4392,3 +5332,10 @@ GRANT SELECT ON TABLE ferry.schema_migrations TO ferry_gateway;
 --
 
 GRANT SELECT ON TABLE ferry.synced_tables TO ferry_client;
+
+
+--
+-- Name: TABLE timeline_ancestry; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT SELECT ON TABLE ferry.timeline_ancestry TO ferry_client;

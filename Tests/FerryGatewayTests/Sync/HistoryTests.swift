@@ -41,7 +41,7 @@ import Testing
         _ url: String, database: AccountsDatabase, _ body: (AccountsGateway) async throws -> T
     ) async throws -> T {
         let admin = try await PostgresClient.connect(
-            try PostgresConfiguration(try AccountsDatabase.url(url, user: "postgres")))
+            try PostgresConfiguration(try TestDatabase.url(url, user: "postgres")))
         let writable = try await eventuallyHolds(seconds: 120) {
             (try? await admin.query("select pg_is_in_recovery()"))?[0, 0] == "f"
         }
@@ -105,7 +105,7 @@ import Testing
             let folder = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-dump-\(UUID())")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: folder) }
-            let sourceURL = try AccountsDatabase.url(source.database.gatewayURL, user: "postgres")
+            let sourceURL = try TestDatabase.url(source.database.gatewayURL, user: "postgres")
             try ScratchCluster.run(
                 binaries + "/pg_dumpall",
                 ["--roles-only", "-d", sourceURL, "-f", folder.path + "/roles.sql"])
