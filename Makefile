@@ -20,8 +20,8 @@ FERRY_COMMIT := $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && \
 	{ git diff --quiet HEAD 2>/dev/null && echo "$$c" || echo "$$c-modified"; })
 endif
 export FERRY_COMMIT
-# The whole suite takes well under a minute; a hung test fails the run after this long
-# instead of holding CI to its own limit.
+# The whole suite takes about five minutes on two cores; a hung test fails the run after
+# this long instead of holding CI to its own limit.
 TEST_TIMEOUT ?= 1200
 DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev libcurl4-openssl-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl python3-aiosmtpd
 
