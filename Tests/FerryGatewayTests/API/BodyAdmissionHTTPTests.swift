@@ -102,7 +102,13 @@ import Testing
             let holder = held.client
             defer { holder.close() }
             let heldBody = #"{"mutations": []}"# + String(repeating: " ", count: 8000 - 17)
-            try holder.send("POST /v1/push HTTP/1.1\r\nHost: t\r\n\(authorization)Content-Length: 8000\r\n\r\n")
+            // Its `100 Continue` comes once its head was admitted, which charged the
+            // budget: only then can the pushes below meet what it holds.
+            try holder.send(
+                "POST /v1/push HTTP/1.1\r\nHost: t\r\n\(authorization)Expect: 100-continue\r\nContent-Length: 8000\r\n\r\n"
+            )
+            let continued = try await offload { try held.client.readResponse().status }
+            try #require(continued == 100, "the holder's head was not admitted: \(continued)")
             try holder.send(Array(heldBody.utf8.prefix(100)))
             let push =
                 Array(
