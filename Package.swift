@@ -98,8 +98,9 @@ let package = Package(
         .testTarget(name: "FerryHTTPTests", dependencies: ["FerryHTTP", "FerryTestSupport"]),
         .testTarget(name: "FerryAuthTests", dependencies: ["FerryAuth", "FerryLoop", "FerryTestSupport"]),
         .testTarget(name: "FerryLoadTests", dependencies: ["FerryLoad", "FerryTestSupport"]),
-        /// The gateway's pure parts: the stream lifecycle, the cue path's values.
-        .testTarget(name: "FerryGatewayUnitTests", dependencies: ["FerryGateway", "FerryTestSupport"]),
+        /// The gateway's parts that need no database: the stream lifecycle, the cue path's
+        /// values, the sealed pull cursor, token checks, request bodies, the access log.
+        .testTarget(name: "FerryGatewayUnitTests", dependencies: ["FerryGateway", "FerryAuth", "FerryTestSupport"]),
         // Need PostgreSQL (some of their suites do not):
         .testTarget(name: "FerryPostgresTests", dependencies: ["FerryPostgres", "FerryTestSupport"]),
         .testTarget(
