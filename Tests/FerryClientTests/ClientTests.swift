@@ -90,7 +90,9 @@ func client(
             session.expiresAt = Date(timeIntervalSince1970: TimeInterval(now + 80))
             try sessions.save(session)
 
-            let phone = try await client(gateway, phoneFolder)
+            // The phone's log, so that a failure says what its refreshes met.
+            let lines = Mutex<[String]>([])
+            let phone = try await client(gateway, phoneFolder) { line in lines.withLock { $0.append(line) } }
             let statuses = Shared<[Bool]>([])
             let updates = phone.statusUpdates()
             let watching = Task { for await status in updates { statuses.withLock { $0.append(status.connected) } } }
@@ -101,7 +103,14 @@ func client(
             // What the client holds now, read without asking for a token (accessToken()
             // would refresh one near its end itself), and what its store kept.
             let held = await phone.account.session?.accessToken
-            #expect(held != nil && held != shortToken, "the client refreshed the token on its own")
+            #expect(
+                held != nil && held != shortToken,
+                """
+                the client refreshed the token on its own; its log:
+                \(lines.withLock { $0.suffix(30).joined(separator: "\n") })
+                the gateway's log:
+                \(gateway.serveLog.suffix(3000))
+                """)
             guard case .present(let stored) = sessions.load() else {
                 Issue.record("the phone's session is gone")
                 return
