@@ -72,10 +72,8 @@ CREATE FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_re
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         status := 'revoked';
         return;
     end if;
@@ -274,10 +272,8 @@ CREATE FUNCTION ferry.confirm_email(p_code_hash text, OUT status text, OUT email
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         status := 'revoked';
         return;
     end if;
@@ -1185,10 +1181,8 @@ CREATE FUNCTION ferry.link_email(p_email text, p_password_hash text, p_confirm b
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         return 'revoked';
     end if;
     if account.email is not null then
@@ -1274,6 +1268,42 @@ begin
     if ferry.uid() is null or ferry.device_id() is null then
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
+end
+$$;
+
+
+
+
+--
+-- Name: users; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.users (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    email text,
+    password_hash text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_confirmed boolean DEFAULT false NOT NULL,
+    CONSTRAINT email_and_password_together CHECK (((email IS NULL) = (password_hash IS NULL)))
+);
+
+
+--
+-- Name: locked_caller(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.locked_caller() RETURNS ferry.users
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
+        for update of u;
+    return account;
 end
 $$;
 
@@ -2586,10 +2616,8 @@ CREATE FUNCTION ferry.resend_confirmation(p_code_hash text, p_code text, p_minut
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         return 'revoked';
     elsif account.email is null then
         return 'anonymous';
@@ -4113,8 +4141,6 @@ $$;
 COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) IS 'What a client''s write of an op (insert, upsert, delete; null: the table as a whole) does under a strategy: {"refused", "message"} or {"op", "live", "tombstone", "held"}. Read by ferry.push_mutations and ferry.watermelon_write.';
 
 
-
-
 --
 -- Name: account_codes; Type: TABLE; Schema: ferry; Owner: -
 --
@@ -4367,21 +4393,6 @@ CREATE TABLE ferry.timeline_ancestry (
 --
 
 COMMENT ON TABLE ferry.timeline_ancestry IS 'The noted timeline''s ancestors and where each was left, from its timeline history file.';
-
-
---
--- Name: users; Type: TABLE; Schema: ferry; Owner: -
---
-
-CREATE TABLE ferry.users (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    email text,
-    password_hash text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
-    email_confirmed boolean DEFAULT false NOT NULL,
-    CONSTRAINT email_and_password_together CHECK (((email IS NULL) = (password_hash IS NULL)))
-);
 
 
 --
@@ -4969,6 +4980,13 @@ GRANT ALL ON FUNCTION ferry.lock_device() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owner_column name, OUT key_column name, OUT key_type text, OUT stale_seconds numeric) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION locked_caller(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.locked_caller() FROM PUBLIC;
 
 
 --

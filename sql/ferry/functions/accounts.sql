@@ -277,6 +277,21 @@ begin
 end
 $$;
 
+-- The caller's account, locked for the rest of the transaction (a concurrent change of
+-- it waits); all nulls when the caller's session is not open.
+create or replace function ferry.locked_caller() returns ferry.users
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    account ferry.users;
+begin
+    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
+        for update of u;
+    return account;
+end
+$$;
+
 -- POST /v1/auth/link: status ok, already_linked, email_in_use (a confirmed account has
 -- the email) or revoked. With p_confirm, the email stays unconfirmed and a code
 -- (p_code_hash, p_code for its mail, good for p_minutes) is mailed to it; else it is
@@ -289,10 +304,8 @@ as $$
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         return 'revoked';
     end if;
     if account.email is not null then
@@ -410,7 +423,8 @@ revoke all on function
     ferry.count_user_rows(uuid), ferry.delete_user_rows(uuid), ferry.move_user_rows(uuid, uuid),
     ferry.announce_revocation(uuid, uuid, text), ferry.open_session(uuid, text, text),
     ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
-    ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.link_email(text, text, boolean, text, text, integer),
+    ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.locked_caller(),
+    ferry.link_email(text, text, boolean, text, text, integer),
     ferry.sign_out(), ferry.delete_account(), ferry.cleanup_anonymous(interval, integer),
     ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz)
 from public;

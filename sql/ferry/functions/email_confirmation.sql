@@ -15,10 +15,8 @@ as $$
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         status := 'revoked';
         return;
     end if;
@@ -58,10 +56,8 @@ as $$
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         return 'revoked';
     elsif account.email is null then
         return 'anonymous';
