@@ -147,8 +147,7 @@ public final class FerryClient: Sendable {
         }
         current.withLock {
             $0.store = store
-            $0.user = FerryUser(
-                id: session.userID, deviceID: session.deviceID, isAnonymous: session.isAnonymous, email: session.email)
+            $0.user = session.user
         }
         return store
     }
@@ -422,7 +421,30 @@ public final class FerryClient: Sendable {
     public func link(email: String, password: String) async throws {
         try await engine.drain()
         let session = try await account.link(email: email, password: password)
-        let user = FerryUser(id: session.userID, deviceID: session.deviceID, isAnonymous: false, email: session.email)
+        adoptUser(session.user)
+    }
+
+    /// Confirms this account's email with the code the server mailed on
+    /// ``link(email:password:)`` (when it requires confirmation): then the email can sign
+    /// in. A wrong, used or expired code throws `invalid_code`; when another account
+    /// confirmed the same email first, `email_in_use`, and this account is anonymous again
+    /// (link another email).
+    public func confirmEmail(code: String) async throws {
+        do {
+            adoptUser(try await account.confirmEmail(code: code).user)
+        } catch {
+            if let session = await account.session { adoptUser(session.user) }
+            throw error
+        }
+    }
+
+    /// Asks the server to mail a new confirmation code to this account's email.
+    public func resendConfirmation() async throws {
+        try await account.resendConfirmation()
+    }
+
+    private func adoptUser(_ user: FerryUser) {
+        guard current.withLock({ $0.user }) != user else { return }
         current.withLock { $0.user = user }
         eventBroadcast.send(.accountChanged(user))
     }

@@ -7,12 +7,15 @@ import Foundation
 
 let usage = """
     usage: ferry-demo --server URL --state DIR <command>
-      status                      one JSON object: {"user_id", "device_id", "anonymous", "email", "pending_mutations"}
+      status                      one JSON object: {"user_id", "device_id", "anonymous", "email",
+                                  "email_confirmed", "pending_mutations"}
       enqueue TABLE OP JSON       OP insert|upsert|delete (delete: JSON is the key); prints the local row as JSON
       sync                        drain, then pull until up to date; exit 0 only when both succeeded
       show TABLE                  the local rows as one JSON array of objects keyed by column name
       watch --seconds N           hold the stream, sync on cues; a line per sync
       link EMAIL PASSWORD
+      confirm CODE | confirm --resend
+                                  confirm the linked email with the mailed code, or mail a new one
       signin EMAIL PASSWORD [--resolve keep_cloud|keep_device]
                                   a choice needed: prints {"device_rows", "cloud_rows"} and exits 3
       password CURRENT NEW        change this account's password (other devices must sign in again)
@@ -91,7 +94,8 @@ func run(_ arguments: [String]) async throws {
         guard operands.count == count else { throw Exit.badArguments("\(command) takes \(count) arguments") }
     }
     let known = [
-        "status", "enqueue", "sync", "show", "watch", "link", "signin", "password", "reset-request", "reset",
+        "status", "enqueue", "sync", "show", "watch", "link", "confirm", "signin", "password", "reset-request",
+        "reset",
         "signout", "delete-account", "claim", "heartbeat", "release",
     ]
     guard known.contains(command) else { throw Exit.badArguments("unknown command \(command)") }
@@ -109,7 +113,7 @@ func run(_ arguments: [String]) async throws {
         guard let user = ferry.user else { throw Exit(status: 1, message: "signed out") }
         printJSON([
             "user_id": .string(user.id), "device_id": .string(user.deviceID), "anonymous": .bool(user.isAnonymous),
-            "email": user.email.map(JSONValue.string) ?? .null,
+            "email": user.email.map(JSONValue.string) ?? .null, "email_confirmed": .bool(user.isEmailConfirmed),
             "pending_mutations": .integer(Int64(ferry.status.pendingMutations)),
         ])
 
@@ -186,6 +190,14 @@ func run(_ arguments: [String]) async throws {
     case "link":
         try expect(2)
         try await ferry.link(email: operands[0], password: operands[1])
+
+    case "confirm":
+        try expect(1)
+        if operands[0] == "--resend" {
+            try await ferry.resendConfirmation()
+        } else {
+            try await ferry.confirmEmail(code: operands[0])
+        }
 
     case "signin":
         guard operands.count == 2 || (operands.count == 4 && operands[2] == "--resolve") else {

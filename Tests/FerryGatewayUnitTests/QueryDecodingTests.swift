@@ -44,8 +44,8 @@ private struct MisreadQuery: SingleRowQuery {
 
     @Test func readsEachValueFromTheColumnOfItsName() throws {
         let answer = try refresh(
-            RefreshSession.columns, ["ok", Self.user, Self.session, "device-1", "a@example.com", nil])
-        guard case .rotated(let user, let session, let device, let email, nil) = answer else {
+            RefreshSession.columns, ["ok", Self.user, Self.session, "device-1", "a@example.com", nil, "t"])
+        guard case .rotated(let user, let session, let device, let email, let confirmed, nil) = answer else {
             Issue.record("expected rotated, got \(answer)")
             return
         }
@@ -53,8 +53,10 @@ private struct MisreadQuery: SingleRowQuery {
         #expect(session == UUID(uuidString: Self.session))
         #expect(device == "device-1")
         #expect(email == "a@example.com")
-        let grace = try refresh(RefreshSession.columns, ["grace", Self.user, Self.session, "device-1", nil, "sealed"])
-        guard case .rotated(_, _, _, nil, "sealed") = grace else {
+        #expect(confirmed)
+        let grace = try refresh(
+            RefreshSession.columns, ["grace", Self.user, Self.session, "device-1", nil, "sealed", "f"])
+        guard case .rotated(_, _, _, nil, false, "sealed") = grace else {
             Issue.record("expected the sealed successor, got \(grace)")
             return
         }
@@ -63,26 +65,26 @@ private struct MisreadQuery: SingleRowQuery {
     @Test func aRenamedColumnFailsNamingBothLists() {
         var columns = RefreshSession.columns
         columns[3] = "device"
-        let found = problem { _ = try refresh(columns, ["ok", Self.user, Self.session, "device-1", nil, nil]) }
+        let found = problem { _ = try refresh(columns, ["ok", Self.user, Self.session, "device-1", nil, nil, nil]) }
         #expect(found == .columns(expected: RefreshSession.columns, found: columns))
     }
 
     @Test func swappedColumnsFailInsteadOfShifting() {
         // user_id and session_id swapped in the select list: both are uuids, so a read by
         // position would hand out the session as the user without a sound.
-        let columns = ["status", "session_id", "user_id", "device_id", "email", "sealed"]
-        let found = problem { _ = try refresh(columns, ["ok", Self.session, Self.user, "device-1", nil, nil]) }
+        let columns = ["status", "session_id", "user_id", "device_id", "email", "sealed", "email_confirmed"]
+        let found = problem { _ = try refresh(columns, ["ok", Self.session, Self.user, "device-1", nil, nil, nil]) }
         #expect(found == .columns(expected: RefreshSession.columns, found: columns))
     }
 
     @Test func aMissingOrAnExtraColumnFails() {
         let missing = Array(RefreshSession.columns.dropLast())
         #expect(
-            problem { _ = try refresh(missing, ["ok", Self.user, Self.session, "device-1", nil]) }
+            problem { _ = try refresh(missing, ["ok", Self.user, Self.session, "device-1", nil, nil]) }
                 == .columns(expected: RefreshSession.columns, found: missing))
         let extra = RefreshSession.columns + ["created_at"]
         #expect(
-            problem { _ = try refresh(extra, ["ok", Self.user, Self.session, "device-1", nil, nil, "now"]) }
+            problem { _ = try refresh(extra, ["ok", Self.user, Self.session, "device-1", nil, nil, nil, "now"]) }
                 == .columns(expected: RefreshSession.columns, found: extra))
     }
 
@@ -94,14 +96,14 @@ private struct MisreadQuery: SingleRowQuery {
 
     @Test func aNullWhereAValueMustBeFails() {
         let found = problem {
-            _ = try refresh(RefreshSession.columns, ["ok", nil, Self.session, "device-1", nil, nil])
+            _ = try refresh(RefreshSession.columns, ["ok", nil, Self.session, "device-1", nil, nil, nil])
         }
         #expect(found == .null(column: "user_id"))
     }
 
     @Test func aValueOfTheWrongTypeFailsWithoutRepeatingIt() {
         let result = PostgresResult(
-            columns: FindCredentials.columns, rows: [["not-a-uuid", "$argon2id$secret"]], commandTag: "SELECT 1")
+            columns: FindCredentials.columns, rows: [["not-a-uuid", "$argon2id$secret", "t"]], commandTag: "SELECT 1")
         // FindCredentials reads user_id as text; SignUpAnonymous reads it as a UUID.
         let signUp = PostgresResult(
             columns: SignUpAnonymous.columns, rows: [["$argon2id$secret", Self.session]], commandTag: "SELECT 1")

@@ -65,17 +65,15 @@ $$;
 -- Name: change_password(text, text, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) RETURNS record
+CREATE FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text, OUT email_confirmed boolean) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         status := 'revoked';
         return;
     end if;
@@ -85,6 +83,7 @@ begin
     end if;
     session_id := ferry.replace_password(account.id, p_new_hash, ferry.device_id(), p_refresh_hash);
     email := account.email;
+    email_confirmed := account.email_confirmed;
     status := 'ok';
 end
 $$;
@@ -263,6 +262,49 @@ $_$;
 
 
 --
+-- Name: confirm_email(text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.confirm_email(p_code_hash text, OUT status text, OUT email text) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    account := ferry.locked_caller();
+    if account.id is null then
+        status := 'revoked';
+        return;
+    end if;
+    email := account.email;
+    if account.email is null then
+        status := 'anonymous';
+    elsif account.email_confirmed then
+        status := 'ok';
+    elsif not ferry.redeem_code(account.id, 'confirmation', p_code_hash) then
+        status := 'invalid_code';
+    else
+        -- Concurrent confirmations of one email queue on the index entry; the second
+        -- fails here, or sees the first's row.
+        begin
+            update ferry.users u set email_confirmed = true, last_seen_at = now() where u.id = account.id;
+            status := 'ok';
+        exception
+            when unique_violation then
+                status := 'email_in_use';
+        end;
+        if status = 'email_in_use' then
+            update ferry.users u set email = null, password_hash = null, last_seen_at = now()
+                where u.id = account.id;
+            email := null;
+        end if;
+    end if;
+end
+$$;
+
+
+--
 -- Name: count_inactive_anonymous(interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -345,12 +387,12 @@ $$;
 -- Name: current_account(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.current_account(OUT user_id uuid, OUT email text) RETURNS record
+CREATE FUNCTION ferry.current_account(OUT user_id uuid, OUT email text, OUT email_confirmed boolean) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 begin
-    select u.id, u.email into user_id, email
+    select u.id, u.email, u.email_confirmed into user_id, email, email_confirmed
     from ferry.sessions s join ferry.users u on u.id = s.user_id
     where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null;
 end
@@ -472,13 +514,15 @@ $$;
 -- Name: find_credentials(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT password_hash text) RETURNS record
+CREATE FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT password_hash text, OUT email_confirmed boolean) RETURNS record
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO ''
     AS $$
 begin
-    select u.id, u.password_hash into user_id, password_hash
-    from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email);
+    select u.id, u.password_hash, u.email_confirmed into user_id, password_hash, email_confirmed
+    from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email)
+    order by u.email_confirmed desc, u.last_seen_at desc
+    limit 1;
 end
 $$;
 
@@ -1127,30 +1171,33 @@ $$;
 
 
 --
--- Name: link_email(text, text); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: link_email(text, text, boolean, text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.link_email(p_email text, p_password_hash text) RETURNS text
+CREATE FUNCTION ferry.link_email(p_email text, p_password_hash text, p_confirm boolean, p_code_hash text, p_code text, p_minutes integer) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         return 'revoked';
     end if;
     if account.email is not null then
         return 'already_linked';
     end if;
-    if exists (select from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email)) then
+    if exists (
+        select from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed
+    ) then
         return 'email_in_use';
     end if;
     update ferry.users u set email = pg_catalog.lower(p_email), password_hash = p_password_hash,
-        last_seen_at = now() where u.id = account.id;
+        email_confirmed = not p_confirm, last_seen_at = now() where u.id = account.id;
+    if p_confirm then
+        perform ferry.issue_code(account.id, 'confirmation', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
+    end if;
     return 'ok';
 exception
     when unique_violation then
@@ -1221,6 +1268,42 @@ begin
     if ferry.uid() is null or ferry.device_id() is null then
         raise exception 'no request identity: ferry.user_id and ferry.device_id must be set' using errcode = '28000';
     end if;
+end
+$$;
+
+
+
+
+--
+-- Name: users; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.users (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    email text,
+    password_hash text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    email_confirmed boolean DEFAULT false NOT NULL,
+    CONSTRAINT email_and_password_together CHECK (((email IS NULL) = (password_hash IS NULL)))
+);
+
+
+--
+-- Name: locked_caller(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.locked_caller() RETURNS ferry.users
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
+        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
+        for update of u;
+    return account;
 end
 $$;
 
@@ -2164,7 +2247,7 @@ $$;
 -- Name: refresh_session(text, text, text, text, interval); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) RETURNS record
+CREATE FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
@@ -2207,7 +2290,8 @@ begin
         status := 'ok';
     end if;
     update ferry.sessions s set last_seen_at = now() where s.id = owner.id;
-    update ferry.users u set last_seen_at = now() where u.id = owner.user_id returning u.email into email;
+    update ferry.users u set last_seen_at = now() where u.id = owner.user_id
+        returning u.email, u.email_confirmed into email, email_confirmed;
     device_id := owner.device_id;
 end
 $$;
@@ -2513,10 +2597,35 @@ declare
     target uuid;
 begin
     select u.id into target from ferry.users u
-        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null;
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed;
     if found then
         perform ferry.issue_code(target, 'recovery', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
     end if;
+end
+$$;
+
+
+--
+-- Name: resend_confirmation(text, text, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.resend_confirmation(p_code_hash text, p_code text, p_minutes integer) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    account ferry.users;
+begin
+    account := ferry.locked_caller();
+    if account.id is null then
+        return 'revoked';
+    elsif account.email is null then
+        return 'anonymous';
+    elsif account.email_confirmed then
+        return 'confirmed';
+    end if;
+    perform ferry.issue_code(account.id, 'confirmation', account.email, p_code_hash, p_code, p_minutes);
+    return 'ok';
 end
 $$;
 
@@ -2598,7 +2707,7 @@ declare
     target ferry.users;
 begin
     select u.* into target from ferry.users u
-        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed
         for update;
     if not found or not ferry.redeem_code(target.id, 'recovery', p_code_hash) then
         status := 'invalid_code';
@@ -4032,8 +4141,6 @@ $$;
 COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) IS 'What a client''s write of an op (insert, upsert, delete; null: the table as a whole) does under a strategy: {"refused", "message"} or {"op", "live", "tombstone", "held"}. Read by ferry.push_mutations and ferry.watermelon_write.';
 
 
-
-
 --
 -- Name: account_codes; Type: TABLE; Schema: ferry; Owner: -
 --
@@ -4289,20 +4396,6 @@ COMMENT ON TABLE ferry.timeline_ancestry IS 'The noted timeline''s ancestors and
 
 
 --
--- Name: users; Type: TABLE; Schema: ferry; Owner: -
---
-
-CREATE TABLE ferry.users (
-    id uuid DEFAULT gen_random_uuid() NOT NULL,
-    email text,
-    password_hash text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT email_and_password_together CHECK (((email IS NULL) = (password_hash IS NULL)))
-);
-
-
---
 -- Name: watermelon_cursor_seq; Type: SEQUENCE; Schema: ferry; Owner: -
 --
 
@@ -4525,10 +4618,17 @@ CREATE INDEX users_anonymous_last_seen ON ferry.users USING btree (last_seen_at)
 
 
 --
--- Name: users_email_key; Type: INDEX; Schema: ferry; Owner: -
+-- Name: users_confirmed_email_key; Type: INDEX; Schema: ferry; Owner: -
 --
 
-CREATE UNIQUE INDEX users_email_key ON ferry.users USING btree (lower(email));
+CREATE UNIQUE INDEX users_confirmed_email_key ON ferry.users USING btree (lower(email)) WHERE email_confirmed;
+
+
+--
+-- Name: users_email; Type: INDEX; Schema: ferry; Owner: -
+--
+
+CREATE INDEX users_email ON ferry.users USING btree (lower(email)) WHERE (email IS NOT NULL);
 
 
 --
@@ -4623,11 +4723,11 @@ GRANT ALL ON FUNCTION ferry.caller_credentials(OUT status text, OUT email text, 
 
 
 --
--- Name: FUNCTION change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text, OUT email_confirmed boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text) TO ferry_client;
+REVOKE ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text, OUT email_confirmed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text, p_refresh_hash text, OUT status text, OUT session_id uuid, OUT email text, OUT email_confirmed boolean) TO ferry_client;
 
 
 --
@@ -4671,6 +4771,14 @@ GRANT ALL ON FUNCTION ferry.column_value_error(p_table regclass, p_row jsonb) TO
 
 
 --
+-- Name: FUNCTION confirm_email(p_code_hash text, OUT status text, OUT email text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.confirm_email(p_code_hash text, OUT status text, OUT email text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.confirm_email(p_code_hash text, OUT status text, OUT email text) TO ferry_client;
+
+
+--
 -- Name: FUNCTION count_inactive_anonymous(p_inactive interval); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4702,11 +4810,11 @@ GRANT ALL ON FUNCTION ferry.cue_device() TO ferry_client;
 
 
 --
--- Name: FUNCTION current_account(OUT user_id uuid, OUT email text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION current_account(OUT user_id uuid, OUT email text, OUT email_confirmed boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text) TO ferry_client;
+REVOKE ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text, OUT email_confirmed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.current_account(OUT user_id uuid, OUT email text, OUT email_confirmed boolean) TO ferry_client;
 
 
 --
@@ -4748,11 +4856,11 @@ REVOKE ALL ON FUNCTION ferry.enqueue_mail(p_kind text, p_recipient text, p_code 
 
 
 --
--- Name: FUNCTION find_credentials(p_email text, OUT user_id uuid, OUT password_hash text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION find_credentials(p_email text, OUT user_id uuid, OUT password_hash text, OUT email_confirmed boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT password_hash text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT password_hash text) TO ferry_gateway;
+REVOKE ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT password_hash text, OUT email_confirmed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT password_hash text, OUT email_confirmed boolean) TO ferry_gateway;
 
 
 --
@@ -4845,11 +4953,11 @@ GRANT ALL ON FUNCTION ferry.issue_watermelon_cursor(p_snapshot pg_snapshot, p_pr
 
 
 --
--- Name: FUNCTION link_email(p_email text, p_password_hash text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION link_email(p_email text, p_password_hash text, p_confirm boolean, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.link_email(p_email text, p_password_hash text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.link_email(p_email text, p_password_hash text) TO ferry_client;
+REVOKE ALL ON FUNCTION ferry.link_email(p_email text, p_password_hash text, p_confirm boolean, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.link_email(p_email text, p_password_hash text, p_confirm boolean, p_code_hash text, p_code text, p_minutes integer) TO ferry_client;
 
 
 --
@@ -4872,6 +4980,13 @@ GRANT ALL ON FUNCTION ferry.lock_device() TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.lock_table(p_table text, OUT rel regclass, OUT owner_column name, OUT key_column name, OUT key_type text, OUT stale_seconds numeric) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION locked_caller(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.locked_caller() FROM PUBLIC;
 
 
 --
@@ -4999,11 +5114,11 @@ REVOKE ALL ON FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_has
 
 
 --
--- Name: FUNCTION refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text) TO ferry_gateway;
+REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) TO ferry_gateway;
 
 
 --
@@ -5049,6 +5164,14 @@ REVOKE ALL ON FUNCTION ferry.replace_password(p_user uuid, p_password_hash text,
 
 REVOKE ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.request_password_reset(p_email text, p_code_hash text, p_code text, p_minutes integer) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION resend_confirmation(p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.resend_confirmation(p_code_hash text, p_code text, p_minutes integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.resend_confirmation(p_code_hash text, p_code text, p_minutes integer) TO ferry_client;
 
 
 --

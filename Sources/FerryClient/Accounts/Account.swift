@@ -76,7 +76,8 @@ actor Account {
         return StoredSession(
             accessToken: answer.session.accessToken, refreshToken: answer.session.refreshToken, expiresAt: expiresAt,
             issuedAt: issuedAt, userID: answer.user.id, sessionID: claims?.sid ?? "", deviceID: claims?.did ?? deviceID,
-            isAnonymous: answer.user.isAnonymous ?? true, email: answer.user.email)
+            isAnonymous: answer.user.isAnonymous ?? true, email: answer.user.email,
+            emailConfirmed: answer.user.emailConfirmed)
     }
 
     /// The claims of a JWT, read without checking its signature (the server does that).
@@ -273,7 +274,9 @@ actor Account {
     func link(email: String, password: String) async throws(FerryError) -> StoredSession {
         let answer = try await authorized(
             "POST", "/v1/auth/link", body: ["email": .string(email), "password": .string(password)])
-        var linked = (try? answer.decode(UserAnswer.self, "a link answer"))?.user.email ?? email
+        let linkedUser = try? answer.decode(UserAnswer.self, "a link answer").user
+        var linked = linkedUser?.email ?? email
+        var confirmed = linkedUser?.emailConfirmed
         if answer.status == 409 && answer.error.code == "already_linked" {
             // A link the server committed whose answer was lost (a crash, a dropped
             // connection): ask who this session is now, and adopt it when it is this email.
@@ -282,14 +285,43 @@ actor Account {
                 now.isAnonymous == false, let address = now.email, address.lowercased() == email.lowercased()
             else { throw .server(answer.error) }
             linked = address
+            confirmed = now.emailConfirmed
         } else if answer.status != 200 {
             throw .server(answer.error)
         }
         guard var updated = session else { throw .signedOut }
         updated.isAnonymous = false
         updated.email = linked
+        updated.emailConfirmed = confirmed
         try adopt(updated)
         return updated
+    }
+
+    /// `POST /v1/auth/confirm`: confirms this account's email with the mailed code. When
+    /// another account confirmed the email first (`409 email_in_use`), the server undid
+    /// this account's link: it is anonymous again here too, and the error is thrown.
+    func confirmEmail(code: String) async throws(FerryError) -> StoredSession {
+        let answer = try await authorized("POST", "/v1/auth/confirm", body: ["code": .string(code)])
+        guard var updated = session else { throw .signedOut }
+        if answer.status == 409 && answer.error.code == "email_in_use" {
+            updated.isAnonymous = true
+            updated.email = nil
+            updated.emailConfirmed = nil
+            try adopt(updated)
+            throw .server(answer.error)
+        }
+        guard answer.status == 200 else { throw .server(answer.error) }
+        let user = try answer.decode(UserAnswer.self, "a confirm answer").user
+        updated.email = user.email ?? updated.email
+        updated.emailConfirmed = user.emailConfirmed ?? true
+        try adopt(updated)
+        return updated
+    }
+
+    /// `POST /v1/auth/confirm/resend`: mails a new confirmation code, replacing the last.
+    func resendConfirmation() async throws(FerryError) {
+        let answer = try await authorized("POST", "/v1/auth/confirm/resend")
+        guard answer.status == 202 || answer.status == 200 else { throw .server(answer.error) }
     }
 
     /// `POST /v1/auth/signin` with this device's session as Bearer (without one when the

@@ -24,6 +24,16 @@ public struct StoredSession: Sendable, Hashable, Codable {
     public var isAnonymous: Bool
     /// The account's email, once linked.
     public var email: String?
+    /// Whether the server has the email confirmed (nil: a session stored before the
+    /// server said, when every linked email was).
+    public var emailConfirmed: Bool?
+
+    /// The user this session is for, as the app sees it.
+    var user: FerryUser {
+        FerryUser(
+            id: userID, deviceID: deviceID, isAnonymous: isAnonymous, email: email,
+            isEmailConfirmed: email != nil && emailConfirmed != false)
+    }
 }
 
 /// What reading a ``SessionStore`` gave. "Absent" only when the store is sure nothing is

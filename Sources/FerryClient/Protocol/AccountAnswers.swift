@@ -3,10 +3,12 @@ struct UserBody: Sendable, Decodable {
     var id: String
     var isAnonymous: Bool?
     var email: String?
+    var emailConfirmed: Bool?
 
     private enum CodingKeys: String, CodingKey {
         case id, email
         case isAnonymous = "is_anonymous"
+        case emailConfirmed = "email_confirmed"
     }
 }
 

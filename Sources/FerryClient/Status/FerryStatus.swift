@@ -68,6 +68,10 @@ public struct FerryUser: Sendable, Hashable, Codable {
     public var isAnonymous: Bool
     /// The account's email, once linked.
     public var email: String?
+    /// Whether the server has the email confirmed: false until
+    /// ``FerryClient/confirmEmail(code:)`` on a server that requires confirmation (the
+    /// email cannot sign in until then); false for an anonymous account.
+    public var isEmailConfirmed: Bool
 }
 
 /// A value many can follow: each `updates()` stream gets the current value first, then

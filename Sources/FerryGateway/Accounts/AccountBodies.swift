@@ -3,16 +3,25 @@ import FerryJSON
 
 // The JSON bodies of PROTOCOL.md's Accounts answers.
 
-/// `{"id", "is_anonymous", "email"}`.
+/// `{"id", "is_anonymous", "email", "email_confirmed"}`.
 struct UserBody: Encodable {
     var id: String
     var email: String?
+    /// False for an anonymous user (it has no email to confirm).
+    var emailConfirmed: Bool
     var isAnonymous: Bool { email == nil }
+
+    init(id: String, email: String?, emailConfirmed: Bool) {
+        self.id = id
+        self.email = email
+        self.emailConfirmed = email != nil && emailConfirmed
+    }
 
     enum CodingKeys: String, CodingKey {
         case id
         case isAnonymous = "is_anonymous"
         case email
+        case emailConfirmed = "email_confirmed"
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -21,6 +30,7 @@ struct UserBody: Encodable {
         try container.encode(isAnonymous, forKey: .isAnonymous)
         // Present as null for anonymous users, never left out.
         try container.encode(email, forKey: .email)
+        try container.encode(emailConfirmed, forKey: .emailConfirmed)
     }
 }
 
@@ -59,7 +69,7 @@ struct UserOnly {
 
     var response: HTTPResponse {
         var body: [UInt8] = []
-        body.reserveCapacity(96 + (user.email?.utf8.count ?? 0))
+        body.reserveCapacity(120 + (user.email?.utf8.count ?? 0))
         body.append(contentsOf: #"{"user":{"id":"#.utf8)
         JSONString.append(user.id, to: &body)
         body.append(contentsOf: (user.isAnonymous ? #","is_anonymous":true"# : #","is_anonymous":false"#).utf8)
@@ -69,6 +79,7 @@ struct UserOnly {
         } else {
             body.append(contentsOf: "null".utf8)
         }
+        body.append(contentsOf: (user.emailConfirmed ? #","email_confirmed":true"# : #","email_confirmed":false"#).utf8)
         body.append(contentsOf: "}}".utf8)
         return .json(bytes: body)
     }

@@ -5,8 +5,8 @@ import FerryPostgres
 import Foundation
 
 /// PROTOCOL.md's Accounts section: anonymous sign-up, who am I, refresh, link,
-/// sign-in with the first-sign-in choice (``SignInAttempt``), sign-out and account
-/// deletion. Each handler reads the request (``SignUpRequest`` and the others), calls
+/// sign-in with the first-sign-in choice (``SignInAttempt``), email confirmation
+/// (``EmailConfirmation``), sign-out and account deletion. Each handler reads the request (``SignUpRequest`` and the others), calls
 /// its query (`Queries/AccountQueries.swift`) and maps the answer.
 struct AccountRoutes {
     let accounts: Accounts
@@ -31,6 +31,12 @@ struct AccountRoutes {
             }
             routes.post("/v1/auth/signout") { _, caller, responder in
                 signOut(caller, responder, context)
+            }
+            routes.post("/v1/auth/confirm") { request, caller, responder in
+                EmailConfirmation.confirm(request, caller, responder, context)
+            }
+            routes.post("/v1/auth/confirm/resend") { [accounts] request, caller, responder in
+                EmailConfirmation.resend(request, caller, responder, context, accounts)
             }
         }
         // A retry after a lost answer carries a token whose session the deletion revoked:
@@ -57,7 +63,7 @@ struct AccountRoutes {
                 let session = accounts.session(
                     userID: account.userID, sessionID: account.sessionID, deviceID: body.deviceID, isAnonymous: true,
                     refreshToken: refreshToken)
-                let user = UserBody(id: account.userID.lowercasedString, email: nil)
+                let user = UserBody(id: account.userID.lowercasedString, email: nil, emailConfirmed: false)
                 responder.respond(.json(status: .created, UserAndSession(user: user, session: session)))
             case .failure(let failure):
                 responder.respond(context.failure(failure).response)
@@ -71,7 +77,8 @@ struct AccountRoutes {
         context.run(CurrentAccount(), as: caller, answering: responder) { result in
             switch result {
             case .success(let account?):
-                responder.respond(UserOnly(user: UserBody(id: account.userID, email: account.email)).response)
+                let user = UserBody(id: account.userID, email: account.email, emailConfirmed: account.emailConfirmed)
+                responder.respond(UserOnly(user: user).response)
             case .success(nil):
                 responder.respond(Accounts.sessionRevoked.response)
             case .failure(let failure):
@@ -97,7 +104,7 @@ struct AccountRoutes {
         let refresh = RefreshSession(rotation: rotation, graceSeconds: accounts.refreshes.graceSeconds)
         context.pool.run(refresh) { [accounts] result in
             switch result {
-            case .success(.rotated(let user, let session, let device, let email, let sealed)):
+            case .success(.rotated(let user, let session, let device, let email, let emailConfirmed, let sealed)):
                 // Sealed by this code from 32 bytes: a value that does not open is a bug.
                 guard let refreshToken = sealed.map(rotation.unseal) ?? rotation.successor else {
                     return responder.respond(APIError.unexpected.response)
@@ -105,8 +112,8 @@ struct AccountRoutes {
                 let tokens = accounts.session(
                     userID: user, sessionID: session, deviceID: device, isAnonymous: email == nil,
                     refreshToken: refreshToken)
-                responder.respond(
-                    .json(UserAndSession(user: UserBody(id: user.lowercasedString, email: email), session: tokens)))
+                let body = UserBody(id: user.lowercasedString, email: email, emailConfirmed: emailConfirmed)
+                responder.respond(.json(UserAndSession(user: body, session: tokens)))
             case .success(.reused(let session)):
                 // The database revoked the session; this gateway forgets it at once too.
                 if let session { accounts.refuseSession(session) }
@@ -145,7 +152,9 @@ struct AccountRoutes {
                 context.requests.finish(caller)
                 return responder.respond(APIError.signInsBusy.response)
             }
-            linkEmail(LinkEmail(email: link.email, passwordHash: hash), caller, responder, context)
+            let confirmation = accounts.requiresEmailConfirmation ? MailedCode.confirmation() : nil
+            let query = LinkEmail(email: link.email, passwordHash: hash, confirmation: confirmation)
+            linkEmail(query, caller, responder, context)
         }
     }
 
@@ -153,7 +162,8 @@ struct AccountRoutes {
         context.run(admitted: query, as: caller) { result in
             switch result {
             case .success(.linked):
-                responder.respond(UserOnly(user: UserBody(id: caller.userID, email: query.email)).response)
+                let user = UserBody(id: caller.userID, email: query.email, emailConfirmed: query.confirmation == nil)
+                responder.respond(UserOnly(user: user).response)
             case .success(.alreadyLinked):
                 responder.respond(APIError.alreadyLinked.response)
             case .success(.emailInUse):

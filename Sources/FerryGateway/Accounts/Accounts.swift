@@ -23,6 +23,8 @@ final class Accounts: Sendable {
     let recoveryRequestsByAddress: RateLimiter
     /// Whether an SMTP relay is configured, so that codes can be mailed.
     let sendsMail: Bool
+    /// Whether a linked email must be confirmed (FERRY_EMAIL_CONFIRMATION=required).
+    let requiresEmailConfirmation: Bool
     /// What a sign-in's password check is reserved against, in PostgreSQL.
     let signInLimits: SignInLimits
     /// Password hashes in flight per client address and per email.
@@ -42,6 +44,7 @@ final class Accounts: Sendable {
         recoveryRequestsByEmail = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
         recoveryRequestsByAddress = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
         sendsMail = configuration.smtpURL != nil
+        requiresEmailConfirmation = configuration.requiresEmailConfirmation
         signInLimits = SignInLimits(
             failedPerHour: configuration.failedSignInsPerHour,
             signInsPerAccountPerHour: configuration.signInsPerAccountPerHour)

@@ -69,7 +69,7 @@ struct PasswordChange {
             checkedHash: checkedHash, newHash: newHash, refreshTokenHash: RefreshToken.hash(refreshToken))
         context.run(query, as: caller, answering: responder) { [self] result in
             switch result {
-            case .success(.changed(let session, let email)):
+            case .success(.changed(let session, let email, let emailConfirmed)):
                 guard let user = UUID(uuidString: caller.userID) else {
                     return responder.respond(APIError.unexpected.response)
                 }
@@ -79,7 +79,10 @@ struct PasswordChange {
                     userID: user, sessionID: session, deviceID: caller.deviceID, isAnonymous: false,
                     refreshToken: refreshToken)
                 responder.respond(
-                    .json(UserAndSession(user: UserBody(id: caller.userID, email: email), session: tokens)))
+                    .json(
+                        UserAndSession(
+                            user: UserBody(id: caller.userID, email: email, emailConfirmed: emailConfirmed),
+                            session: tokens)))
             case .success(.passwordChanged):
                 // Checked against a password that another request replaced meanwhile.
                 responder.respond(APIError.invalidCredentials.response)

@@ -61,8 +61,9 @@ enum PasswordReset {
                     let tokens = accounts.session(
                         userID: user, sessionID: session, deviceID: body.deviceID, isAnonymous: false,
                         refreshToken: refreshToken)
-                    responder.respond(
-                        .json(UserAndSession(user: UserBody(id: user.lowercasedString, email: email), session: tokens)))
+                    // Only a confirmed email can be reset.
+                    let user = UserBody(id: user.lowercasedString, email: email, emailConfirmed: true)
+                    responder.respond(.json(UserAndSession(user: user, session: tokens)))
                 case .success(.invalidCode):
                     accounts.noteFailedSignIn(email: body.email, address: address)
                     responder.respond(APIError.invalidCode.response)

@@ -76,6 +76,9 @@ struct SignInAttempt {
             let attempt = attempt.value
             attempt.ticket.finish()
             switch verified {
+            case .success(true) where !credentials.emailConfirmed:
+                // The right password, for an email not confirmed yet: it counts for nothing.
+                attempt.settle(attemptID, as: nil, answering: APIError.emailNotConfirmed.response)
             case .success(true): attempt.openSession(userID: credentials.userID, attemptID: attemptID)
             case .success(false): attempt.reject(attemptID: attemptID)
             case .failure: attempt.settle(attemptID, as: nil, answering: APIError.signInsBusy.response)
@@ -116,7 +119,9 @@ struct SignInAttempt {
                 let tokens = accounts.session(
                     userID: user, sessionID: session, deviceID: request.deviceID, isAnonymous: false,
                     refreshToken: refreshToken)
-                let answer = SignInAnswer(user: UserBody(id: userID, email: email), session: tokens, reset: reset)
+                // Only an account that confirmed its email gets here.
+                let user = UserBody(id: userID, email: email, emailConfirmed: true)
+                let answer = SignInAnswer(user: user, session: tokens, reset: reset)
                 settle(attemptID, as: .signedIn, answering: .json(answer))
             case .success(.resolutionRequired(let deviceRows, let cloudRows)):
                 let answer = APIError.resolutionRequired(deviceRows: deviceRows, cloudRows: cloudRows)

@@ -112,6 +112,9 @@ public struct GatewayConfiguration: Sendable {
     public var mailFrom: String
     /// The folder whose templates replace the built-in ones, if any.
     public var mailTemplatesFolder: String?
+    /// Whether a linked email must be confirmed with a mailed code before it can sign in
+    /// (`required`; needs ``smtpURL``) or is confirmed at once (`off`).
+    public var requiresEmailConfirmation: Bool
     /// The templates, built in or the folder's, read and checked at start.
     var mailTemplates: MailTemplates
 
@@ -257,6 +260,9 @@ public struct GatewayConfiguration: Sendable {
             "mail-templates", env: "FERRY_MAIL_TEMPLATES",
             help: "folder of mail templates replacing the built-in ones (recovery.txt, confirmation.txt)",
             isOptional: true),
+        Setting(
+            "email-confirmation", env: "FERRY_EMAIL_CONFIRMATION", default: "off",
+            help: "required: a linked email signs in once confirmed with a mailed code (needs --smtp-url); off"),
     ]
 
     /// The defaults `ferry dev` uses instead of ``settings``' own (a flag or variable
@@ -267,6 +273,7 @@ public struct GatewayConfiguration: Sendable {
         "anonymous-signups-per-hour": "1000000000", "failed-signins-per-hour": "1000000000",
         "recovery-requests-per-hour": "1000000000",
         "signins-per-account-per-hour": "1000000000", "password-hashes-per-address": "64",
+        "email-confirmation": "off",
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -353,6 +360,12 @@ public struct GatewayConfiguration: Sendable {
             mailTemplates = try MailTemplates.load(folder: mailTemplatesFolder)
         } catch {
             throw SettingsError("invalid \(values.name("mail-templates")): \(error)")
+        }
+        requiresEmailConfirmation = try values.choice("email-confirmation", ["required", "off"]) == "required"
+        guard !requiresEmailConfirmation || smtpURL != nil else {
+            throw SettingsError(
+                "invalid \(values.name("email-confirmation")): required needs \(values.name("smtp-url")) to mail the codes"
+            )
         }
     }
 

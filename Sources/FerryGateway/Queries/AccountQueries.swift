@@ -31,10 +31,10 @@ struct SignUpAnonymous: SingleRowQuery {
 struct RefreshSession: SingleRowQuery {
     static let preparedName: String? = "ferry_refresh_session"
     static let sql = """
-        select status, user_id, session_id, device_id, email, sealed
+        select status, user_id, session_id, device_id, email, sealed, email_confirmed
         from ferry.refresh_session($1, $2, $3, $4, make_interval(secs => $5))
         """
-    static let columns = ["status", "user_id", "session_id", "device_id", "email", "sealed"]
+    static let columns = ["status", "user_id", "session_id", "device_id", "email", "sealed", "email_confirmed"]
 
     /// The rotation of the token presented: its hash, its chain's, its successor's.
     var rotation: RefreshRotation
@@ -50,8 +50,10 @@ struct RefreshSession: SingleRowQuery {
     enum Answer: QueryRowDecodable {
         /// Rotated (to this query's successor; `sealed` nil), or the token rotated last
         /// presented again within the window (`sealed`: the successor it was rotated to): the
-        /// session's user, session and device, and the user's email (nil: anonymous).
-        case rotated(userID: UUID, sessionID: UUID, deviceID: String, email: String?, sealed: String?)
+        /// session's user, session and device, and the user's email (nil: anonymous) and
+        /// whether it is confirmed.
+        case rotated(
+            userID: UUID, sessionID: UUID, deviceID: String, email: String?, emailConfirmed: Bool, sealed: String?)
         /// A token used before: the database revoked its session (nil when it has none).
         case reused(sessionID: UUID?)
         /// The token's session was revoked.
@@ -65,6 +67,7 @@ struct RefreshSession: SingleRowQuery {
                 self = .rotated(
                     userID: try row.decode("user_id"), sessionID: try row.decode("session_id"),
                     deviceID: try row.decode("device_id"), email: try row.decodeIfPresent("email"),
+                    emailConfirmed: try row.decodeIfPresent("email_confirmed") ?? false,
                     sealed: status == "grace" ? try row.decode("sealed") : nil)
             case "reused": self = .reused(sessionID: try row.decodeIfPresent("session_id"))
             case "revoked": self = .revoked
@@ -77,17 +80,20 @@ struct RefreshSession: SingleRowQuery {
 /// `ferry.find_credentials`: sign-in's first step, the account an email names.
 struct FindCredentials: DatabaseQuery {
     static let preparedName: String? = "ferry_find_credentials"
-    static let sql = "select user_id, password_hash from ferry.find_credentials($1)"
-    static let columns = ["user_id", "password_hash"]
+    static let sql = "select user_id, password_hash, email_confirmed from ferry.find_credentials($1)"
+    static let columns = ["user_id", "password_hash", "email_confirmed"]
 
     /// The email, normalised.
     var email: String
     var parameters: [String?] { [email] }
 
-    /// The account's user and password hash.
+    /// The account's user and password hash, and whether it confirmed the email (when no
+    /// account did, the latest that linked it: its right password is answered
+    /// `403 email_not_confirmed`).
     struct Credentials {
         var userID: String
         var passwordHash: String
+        var emailConfirmed: Bool
     }
 
     /// Nil when no account has this email and a password.
@@ -96,7 +102,8 @@ struct FindCredentials: DatabaseQuery {
         guard let user = try row.decodeIfPresent("user_id", as: String.self),
             let hash = try row.decodeIfPresent("password_hash", as: String.self)
         else { return nil }
-        return Credentials(userID: user, passwordHash: hash)
+        return Credentials(
+            userID: user, passwordHash: hash, emailConfirmed: try row.decodeIfPresent("email_confirmed") ?? false)
     }
 }
 
@@ -176,8 +183,8 @@ struct RecentRevocations: DatabaseQuery {
 /// `ferry.current_account`: the caller's user and email.
 struct CurrentAccount: DatabaseQuery {
     static let preparedName: String? = "ferry_current_account"
-    static let sql = "select user_id, email from ferry.current_account()"
-    static let columns = ["user_id", "email"]
+    static let sql = "select user_id, email, email_confirmed from ferry.current_account()"
+    static let columns = ["user_id", "email", "email_confirmed"]
 
     var parameters: [String?] { [] }
 
@@ -185,26 +192,37 @@ struct CurrentAccount: DatabaseQuery {
         /// As PostgreSQL writes a uuid: lowercase.
         var userID: String
         var email: String?
+        var emailConfirmed: Bool
     }
 
     /// Nil when the caller's session is no longer open.
     static func answer(from rows: QueryRows) throws(QueryShapeError) -> Account? {
         let row = try rows.single()
         guard let user = try row.decodeIfPresent("user_id", as: String.self) else { return nil }
-        return Account(userID: user, email: try row.decodeIfPresent("email"))
+        return Account(
+            userID: user, email: try row.decodeIfPresent("email"),
+            emailConfirmed: try row.decodeIfPresent("email_confirmed") ?? false)
     }
 }
 
-/// `ferry.link_email`: gives the caller's anonymous account an email and a password.
+/// `ferry.link_email`: gives the caller's anonymous account an email and a password,
+/// unconfirmed with a code mailed to it when `confirmation` is given, else confirmed.
 struct LinkEmail: SingleRowQuery {
     static let preparedName: String? = "ferry_link_email"
-    static let sql = "select ferry.link_email($1, $2) as status"
+    static let sql = "select ferry.link_email($1, $2, $3, $4, $5, $6) as status"
     static let columns = ["status"]
 
     /// The email, normalised.
     var email: String
     var passwordHash: String
-    var parameters: [String?] { [email, passwordHash] }
+    /// The code to mail, when the email must be confirmed.
+    var confirmation: MailedCode?
+    var parameters: [String?] {
+        [
+            email, passwordHash, confirmation == nil ? "false" : "true", confirmation?.hash, confirmation?.code,
+            confirmation.map { String($0.validMinutes) },
+        ]
+    }
 
     enum Answer: QueryRowDecodable {
         case linked

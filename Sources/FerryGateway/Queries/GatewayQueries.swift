@@ -8,6 +8,7 @@ enum GatewayQueries {
             ReserveSignIn.self, SettleSignIn.self,
             CurrentAccount.self, LinkEmail.self, SignOut.self, DeleteAccount.self,
             CallerCredentials.self, ChangePassword.self, RequestPasswordReset.self, ResetPassword.self,
+            ConfirmEmail.self, ResendConfirmation.self,
             Push.self, Pull.self, TableSchema.self,
             WatermelonPullOpen.self, WatermelonPush.self,
             ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,

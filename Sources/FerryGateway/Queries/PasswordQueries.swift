@@ -32,8 +32,8 @@ struct CallerCredentials: SingleRowQuery {
 /// `ferry.change_password`: the new password and session, once the current one checked out.
 struct ChangePassword: SingleRowQuery {
     static let preparedName: String? = "ferry_change_password"
-    static let sql = "select status, session_id, email from ferry.change_password($1, $2, $3)"
-    static let columns = ["status", "session_id", "email"]
+    static let sql = "select status, session_id, email, email_confirmed from ferry.change_password($1, $2, $3)"
+    static let columns = ["status", "session_id", "email", "email_confirmed"]
 
     /// The hash the current password was checked against.
     var checkedHash: String
@@ -43,7 +43,7 @@ struct ChangePassword: SingleRowQuery {
 
     enum Answer: QueryRowDecodable {
         /// Changed: the device's new session; every other one is ended.
-        case changed(sessionID: UUID, email: String)
+        case changed(sessionID: UUID, email: String, emailConfirmed: Bool)
         /// The password changed since it was checked: nothing done.
         case passwordChanged
         /// The caller's session is no longer open.
@@ -51,7 +51,10 @@ struct ChangePassword: SingleRowQuery {
 
         init(_ row: QueryRow) throws(QueryShapeError) {
             switch try row.decode("status", as: String.self) {
-            case "ok": self = .changed(sessionID: try row.decode("session_id"), email: try row.decode("email"))
+            case "ok":
+                self = .changed(
+                    sessionID: try row.decode("session_id"), email: try row.decode("email"),
+                    emailConfirmed: try row.decodeIfPresent("email_confirmed") ?? false)
             case "changed": self = .passwordChanged
             default: self = .revoked
             }

@@ -102,17 +102,15 @@ $$;
 -- status: ok, revoked, or changed (the password changed since step 1; nothing done).
 create or replace function ferry.change_password(
     p_checked_hash text, p_new_hash text, p_refresh_hash text,
-    out status text, out session_id uuid, out email text
+    out status text, out session_id uuid, out email text, out email_confirmed boolean
 )
 language plpgsql security definer set search_path = ''
 as $$
 declare
     account ferry.users;
 begin
-    select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
-        where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
-        for update of u;
-    if not found then
+    account := ferry.locked_caller();
+    if account.id is null then
         status := 'revoked';
         return;
     end if;
@@ -122,6 +120,7 @@ begin
     end if;
     session_id := ferry.replace_password(account.id, p_new_hash, ferry.device_id(), p_refresh_hash);
     email := account.email;
+    email_confirmed := account.email_confirmed;
     status := 'ok';
 end
 $$;
@@ -129,7 +128,7 @@ $$;
 -- MARK: - A reset by mail (as the gateway: no caller)
 
 -- POST /v1/auth/recover: a code for the account with p_email, mailed to it; nothing when
--- no account has that email (the gateway answers the same either way).
+-- no account has that email confirmed (the gateway answers the same either way).
 create or replace function ferry.request_password_reset(
     p_email text, p_code_hash text, p_code text, p_minutes integer
 ) returns void
@@ -139,7 +138,7 @@ declare
     target uuid;
 begin
     select u.id into target from ferry.users u
-        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null;
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed;
     if found then
         perform ferry.issue_code(target, 'recovery', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
     end if;
@@ -159,7 +158,7 @@ declare
     target ferry.users;
 begin
     select u.* into target from ferry.users u
-        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.password_hash is not null
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed
         for update;
     if not found or not ferry.redeem_code(target.id, 'recovery', p_code_hash) then
         status := 'invalid_code';

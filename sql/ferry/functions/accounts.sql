@@ -151,7 +151,8 @@ $$;
 -- older one: the whole session is revoked now).
 create or replace function ferry.refresh_session(
     p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval,
-    out status text, out user_id uuid, out session_id uuid, out device_id text, out email text, out sealed text
+    out status text, out user_id uuid, out session_id uuid, out device_id text, out email text, out sealed text,
+    out email_confirmed boolean
 )
 language plpgsql security definer set search_path = ''
 as $$
@@ -194,19 +195,26 @@ begin
         status := 'ok';
     end if;
     update ferry.sessions s set last_seen_at = now() where s.id = owner.id;
-    update ferry.users u set last_seen_at = now() where u.id = owner.user_id returning u.email into email;
+    update ferry.users u set last_seen_at = now() where u.id = owner.user_id
+        returning u.email, u.email_confirmed into email, email_confirmed;
     device_id := owner.device_id;
 end
 $$;
 
 -- POST /v1/auth/signin, step 1: the account behind an email (the gateway checks the
--- password on a worker thread, then calls ferry.sign_in).
-create or replace function ferry.find_credentials(p_email text, out user_id uuid, out password_hash text)
+-- password on a worker thread, then calls ferry.sign_in). The account that confirmed it
+-- when there is one; else the latest of those that linked it unconfirmed (with their
+-- password right, the gateway answers 403 email_not_confirmed).
+create or replace function ferry.find_credentials(
+    p_email text, out user_id uuid, out password_hash text, out email_confirmed boolean
+)
 language plpgsql stable security definer set search_path = ''
 as $$
 begin
-    select u.id, u.password_hash into user_id, password_hash
-    from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email);
+    select u.id, u.password_hash, u.email_confirmed into user_id, password_hash, email_confirmed
+    from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email)
+    order by u.email_confirmed desc, u.last_seen_at desc
+    limit 1;
 end
 $$;
 
@@ -259,18 +267,19 @@ $$;
 -- MARK: - Signed-in requests (as ferry_client, on the transaction's identity)
 
 -- GET /v1/auth/user. No row when the session was revoked or the user is gone.
-create or replace function ferry.current_account(out user_id uuid, out email text)
+create or replace function ferry.current_account(out user_id uuid, out email text, out email_confirmed boolean)
 language plpgsql security definer set search_path = ''
 as $$
 begin
-    select u.id, u.email into user_id, email
+    select u.id, u.email, u.email_confirmed into user_id, email, email_confirmed
     from ferry.sessions s join ferry.users u on u.id = s.user_id
     where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null;
 end
 $$;
 
--- POST /v1/auth/link: status ok, already_linked, email_in_use or revoked.
-create or replace function ferry.link_email(p_email text, p_password_hash text) returns text
+-- The caller's account, locked for the rest of the transaction (a concurrent change of
+-- it waits); all nulls when the caller's session is not open.
+create or replace function ferry.locked_caller() returns ferry.users
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -279,17 +288,39 @@ begin
     select u.* into account from ferry.sessions s join ferry.users u on u.id = s.user_id
         where s.id = ferry.session_id() and s.user_id = ferry.uid() and s.revoked_at is null
         for update of u;
-    if not found then
+    return account;
+end
+$$;
+
+-- POST /v1/auth/link: status ok, already_linked, email_in_use (a confirmed account has
+-- the email) or revoked. With p_confirm, the email stays unconfirmed and a code
+-- (p_code_hash, p_code for its mail, good for p_minutes) is mailed to it; else it is
+-- confirmed at once.
+create or replace function ferry.link_email(
+    p_email text, p_password_hash text, p_confirm boolean, p_code_hash text, p_code text, p_minutes integer
+) returns text
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    account ferry.users;
+begin
+    account := ferry.locked_caller();
+    if account.id is null then
         return 'revoked';
     end if;
     if account.email is not null then
         return 'already_linked';
     end if;
-    if exists (select from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email)) then
+    if exists (
+        select from ferry.users u where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed
+    ) then
         return 'email_in_use';
     end if;
     update ferry.users u set email = pg_catalog.lower(p_email), password_hash = p_password_hash,
-        last_seen_at = now() where u.id = account.id;
+        email_confirmed = not p_confirm, last_seen_at = now() where u.id = account.id;
+    if p_confirm then
+        perform ferry.issue_code(account.id, 'confirmation', pg_catalog.lower(p_email), p_code_hash, p_code, p_minutes);
+    end if;
     return 'ok';
 exception
     when unique_violation then
@@ -392,7 +423,8 @@ revoke all on function
     ferry.count_user_rows(uuid), ferry.delete_user_rows(uuid), ferry.move_user_rows(uuid, uuid),
     ferry.announce_revocation(uuid, uuid, text), ferry.open_session(uuid, text, text),
     ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
-    ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.link_email(text, text),
+    ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.locked_caller(),
+    ferry.link_email(text, text, boolean, text, text, integer),
     ferry.sign_out(), ferry.delete_account(), ferry.cleanup_anonymous(interval, integer),
     ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz)
 from public;
@@ -404,5 +436,5 @@ grant execute on function
 to ferry_gateway;
 
 grant execute on function
-    ferry.current_account(), ferry.link_email(text, text), ferry.sign_out(), ferry.delete_account()
+    ferry.current_account(), ferry.link_email(text, text, boolean, text, text, integer), ferry.sign_out(), ferry.delete_account()
 to ferry_client;
