@@ -22,10 +22,10 @@ extension Tag {
 extension Trait where Self == TimeLimitTrait {
     /// Ten minutes per test, for the suites that wait on real sockets, PostgreSQL or
     /// child processes: a test that hangs fails by name instead of stalling the run.
-    /// The limit counts from the test's start, and every test of a parallel run starts
-    /// at once: on a 2-core machine the whole run (about five minutes) is what a test
-    /// that takes a minute alone may wait, so the limit is twice that, not a measure
-    /// of any test's speed.
+    /// The limit counts from the test's start, and a test of a parallel run shares two
+    /// cores with up to 15 others (`make test`'s `TEST_WIDTH`): a test that takes a
+    /// minute alone may take several, so the limit is ten, not a measure of any test's
+    /// speed.
     public static var hangLimit: Self { .timeLimit(.minutes(10)) }
 }
 
