@@ -145,7 +145,9 @@ func shownIDs(_ json: String, column: String = "id") throws -> [String] {
             let laptop = gateway.device("laptop")
             try await gateway.demoJSON(phone, "link", "ana@example.com", "correct horse")
             try await gateway.demoJSON(laptop, "signin", "ana@example.com", "correct horse")
-            let (watch, output, errors) = try gateway.startDemo(laptop, ["watch", "--seconds", "20"])
+            // It runs until the SIGTERM below; its own end must not come first (under load,
+            // the first pull and the phone's two runs may take most of a minute).
+            let (watch, output, errors) = try gateway.startDemo(laptop, ["watch", "--seconds", "300"])
             func lines() -> [String] {
                 ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
             }
