@@ -49,11 +49,12 @@ import Testing
     }
 
     @Test func aBigFirstSyncIsOneChunkedAnswerNoStatementTimeoutCuts() async throws {
-        // 40,000 records of ~0.5 KB (~20 MB) under a 250 ms statement timeout, which
-        // each batch is far within and the whole answer is not meant to be.
-        try await withAccountsGateway(arguments: ["--statement-timeout-ms", "250"], examples: ["tasks"]) { server in
+        // 80,000 records of ~0.5 KB (~40 MB, about a second to stream on a quiet machine)
+        // under a 500 ms statement timeout, which each batch is far within (a loaded CI
+        // machine once took a batch past 250 ms) and the whole answer is not meant to be.
+        try await withAccountsGateway(arguments: ["--statement-timeout-ms", "500"], examples: ["tasks"]) { server in
             let phone = try await server.signUpAnonymous()
-            try await seed(server, user: phone.userID, count: 40_000)
+            try await seed(server, user: phone.userID, count: 80_000)
             try await server.database.admin.execute("delete from tasks where id = 't1'")
             let response = try await offload {
                 let client = try HTTPTestClient(port: server.port, timeout: 60)
@@ -69,7 +70,7 @@ import Testing
             #expect(Set(answer.object.keys) == ["changes", "timestamp"])
             #expect(answer.tables == ["tasks"], "\(answer.tables)")
             let ids = answer.updated("tasks").compactMap { $0["id"] as? String }
-            #expect(ids.count == 39_999 && Set(ids).count == 39_999 && !ids.contains("t1"))
+            #expect(ids.count == 79_999 && Set(ids).count == 79_999 && !ids.contains("t1"))
             #expect(answer.created("tasks").isEmpty && answer.deleted("tasks").isEmpty)
             #expect(answer.timestamp > 0)
 
