@@ -40,6 +40,9 @@ actor SyncEngine {
     private var pullRequested = false
     private var loop: Task<Void, Never>?
     private var retry: Task<Void, Never>?
+    /// What the armed retry timer runs: every part that failed since it was last run.
+    private var retryPush = false
+    private var retryPull = false
     private var attempt = 0
     private var stopped = false
     private var schemaChecked = false
@@ -75,6 +78,7 @@ actor SyncEngine {
     func reconnected() {
         retry?.cancel()
         retry = nil
+        (retryPush, retryPull) = (false, false)
         attempt = 0
         request(push: true, pull: true)
     }
@@ -206,16 +210,22 @@ actor SyncEngine {
         attempt += 1
         events.send(.syncFailed(error: error, retryIn: delay))
         log("sync failed (\(error)); retrying in \(String(format: "%.2f", delay)) s")
+        // A new timer replaces the one armed before, so it carries what that one would
+        // have run too: a failed pull's timer must not drop a failed push's.
+        retryPush = retryPush || push
+        retryPull = retryPull || pull
         retry?.cancel()
         retry = Task {
             try? await Task.sleep(for: .seconds(delay))
             guard !Task.isCancelled else { return }
-            self.retryFired(push: push, pull: pull)
+            self.retryFired()
         }
     }
 
-    private func retryFired(push: Bool, pull: Bool) {
+    private func retryFired() {
         retry = nil
+        let (push, pull) = (retryPush, retryPull)
+        (retryPush, retryPull) = (false, false)
         request(push: push, pull: pull)
     }
 
