@@ -97,32 +97,37 @@ import Testing
     /// one that was tried. With the one that works, the run succeeds.
     @Test func theURLIsTheFlagsThenFERRY_MIGRATE_DATABASE_URLThenFERRY_DATABASE_URL() async throws {
         try await withMigrations { database, files in
-            let sqlRoot = files.sqlRoot
-            let closed = try freePort()
-            func nowhere(_ name: String) -> String { "postgresql://nobody@127.0.0.1:\(closed)/\(name)" }
-            func run(flag: String?, migrateURL: String?, databaseURL: String?) async throws -> FerryRun {
-                var environment: [String: String] = [:]
-                if let migrateURL { environment["FERRY_MIGRATE_DATABASE_URL"] = migrateURL }
-                if let databaseURL { environment["FERRY_DATABASE_URL"] = databaseURL }
-                return try await runFerry(
-                    ["migrate", "--status", "--sql-root", sqlRoot] + (flag.map { ["--database-url", $0] } ?? []),
-                    databaseURL: nil, environment: environment)
-            }
-            let all = try await run(flag: nowhere("flag"), migrateURL: nowhere("migrate"), databaseURL: nowhere("any"))
-            #expect(all.status == 1 && all.errors.contains("127.0.0.1:\(closed)/flag"), "\(all.errors)")
-            let environment = try await run(flag: nil, migrateURL: nowhere("migrate"), databaseURL: nowhere("any"))
-            #expect(
-                environment.status == 1 && environment.errors.contains(":\(closed)/migrate"), "\(environment.errors)")
-            let fallback = try await run(flag: nil, migrateURL: nil, databaseURL: nowhere("any"))
-            #expect(fallback.status == 1 && fallback.errors.contains(":\(closed)/any"), "\(fallback.errors)")
+            try await withClosedPort { closed in
+                let sqlRoot = files.sqlRoot
+                func nowhere(_ name: String) -> String { "postgresql://nobody@127.0.0.1:\(closed)/\(name)" }
+                func run(flag: String?, migrateURL: String?, databaseURL: String?) async throws -> FerryRun {
+                    var environment: [String: String] = [:]
+                    if let migrateURL { environment["FERRY_MIGRATE_DATABASE_URL"] = migrateURL }
+                    if let databaseURL { environment["FERRY_DATABASE_URL"] = databaseURL }
+                    return try await runFerry(
+                        ["migrate", "--status", "--sql-root", sqlRoot] + (flag.map { ["--database-url", $0] } ?? []),
+                        databaseURL: nil, environment: environment)
+                }
+                let all = try await run(
+                    flag: nowhere("flag"), migrateURL: nowhere("migrate"), databaseURL: nowhere("any"))
+                #expect(all.status == 1 && all.errors.contains("127.0.0.1:\(closed)/flag"), "\(all.errors)")
+                let environment = try await run(flag: nil, migrateURL: nowhere("migrate"), databaseURL: nowhere("any"))
+                #expect(
+                    environment.status == 1 && environment.errors.contains(":\(closed)/migrate"),
+                    "\(environment.errors)")
+                let fallback = try await run(flag: nil, migrateURL: nil, databaseURL: nowhere("any"))
+                #expect(fallback.status == 1 && fallback.errors.contains(":\(closed)/any"), "\(fallback.errors)")
 
-            let flag = try await run(flag: database.url, migrateURL: nowhere("migrate"), databaseURL: nowhere("any"))
-            #expect(
-                flag.status == 0 && flag.lines.first == "pending  ferry/0001_log.sql", "\(flag.output)\(flag.errors)")
-            let migrateURL = try await run(flag: nil, migrateURL: database.url, databaseURL: nowhere("any"))
-            #expect(migrateURL.status == 0, "\(migrateURL.errors)")
-            let databaseURL = try await run(flag: nil, migrateURL: nil, databaseURL: database.url)
-            #expect(databaseURL.status == 0, "\(databaseURL.errors)")
+                let flag = try await run(
+                    flag: database.url, migrateURL: nowhere("migrate"), databaseURL: nowhere("any"))
+                #expect(
+                    flag.status == 0 && flag.lines.first == "pending  ferry/0001_log.sql",
+                    "\(flag.output)\(flag.errors)")
+                let migrateURL = try await run(flag: nil, migrateURL: database.url, databaseURL: nowhere("any"))
+                #expect(migrateURL.status == 0, "\(migrateURL.errors)")
+                let databaseURL = try await run(flag: nil, migrateURL: nil, databaseURL: database.url)
+                #expect(databaseURL.status == 0, "\(databaseURL.errors)")
+            }
         }
     }
 

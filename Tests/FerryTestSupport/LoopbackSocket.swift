@@ -59,6 +59,15 @@ public final class LoopbackSocket {
 /// A free loopback port: bound, read back, released.
 public func freePort() throws -> Int { try LoopbackSocket().port }
 
+/// Runs `body` with a loopback port that refuses every connection for as long as it
+/// runs: bound, never listened on, so no other test's server can take it meanwhile
+/// (a port from `freePort()` may be handed to one).
+public func withClosedPort<T>(_ body: (Int) async throws -> T) async throws -> T {
+    let socket = try LoopbackSocket()
+    defer { withExtendedLifetime(socket) {} }
+    return try await body(socket.port)
+}
+
 /// Why a loopback socket could not be made.
 public struct LoopbackSocketError: Error, CustomStringConvertible {
     public var description: String

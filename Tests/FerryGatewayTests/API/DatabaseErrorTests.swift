@@ -64,24 +64,26 @@ import Testing
     /// (dblink) that does not answer: the class itself, not a connection the gateway lost.
     @Test func aConnectionExceptionTheDatabaseRaisesIsUnavailable() async throws {
         try await withItems { server, device in
-            let closedPort = try freePort()
-            try await server.database.admin.execute(
-                """
-                create extension dblink;
-                create function public.reach_archive() returns trigger language plpgsql security definer as $$
-                begin perform public.dblink_connect('host=127.0.0.1 port=\(closedPort) connect_timeout=5'); return new; end $$;
-                create trigger reach_archive before insert on public.items for each row execute function public.reach_archive();
-                """)
-            // What the push meets, asked directly: PostgreSQL's 08001.
-            do {
-                try await server.database.admin.execute("insert into public.items values (gen_random_uuid(), 'x', 'x')")
-                Issue.record("the trigger reached a closed port")
-            } catch let error as PostgresError {
-                #expect(error.sqlState == "08001", "\(error)")
+            try await withClosedPort { closedPort in
+                try await server.database.admin.execute(
+                    """
+                    create extension dblink;
+                    create function public.reach_archive() returns trigger language plpgsql security definer as $$
+                    begin perform public.dblink_connect('host=127.0.0.1 port=\(closedPort) connect_timeout=5'); return new; end $$;
+                    create trigger reach_archive before insert on public.items for each row execute function public.reach_archive();
+                    """)
+                // What the push meets, asked directly: PostgreSQL's 08001.
+                do {
+                    try await server.database.admin.execute(
+                        "insert into public.items values (gen_random_uuid(), 'x', 'x')")
+                    Issue.record("the trigger reached a closed port")
+                } catch let error as PostgresError {
+                    #expect(error.sqlState == "08001", "\(error)")
+                }
+                let pushed = try await server.pushBatch(device, [upsert(1, "a", title: "t")])
+                expectUnavailable(pushed.response)
+                #expect(try await nothingWasPushed(server))
             }
-            let pushed = try await server.pushBatch(device, [upsert(1, "a", title: "t")])
-            expectUnavailable(pushed.response)
-            #expect(try await nothingWasPushed(server))
         }
     }
 

@@ -36,19 +36,20 @@ import Testing
     }
 
     @Test func aRelayThatIsDownLeavesTheMailQueuedWithABackoffUntilItIsBack() async throws {
-        let closed = try freePort()
         try await AccountsDatabase.with { database in
-            try await withStartedGateway(
-                databaseURL: database.gatewayURL, arguments: ["--smtp-url", "smtp://127.0.0.1:\(closed)"]
-            ) {
-                _, _ in
-                try await enqueue(database, to: "bo@example.org", code: "R4T6Y8U2")
-                try await eventually("a failed attempt recorded") {
-                    try await database.value("select last_error is not null and attempts >= 1 from ferry.mail_queue")
-                        == "t"
+            try await withClosedPort { closed in
+                try await withStartedGateway(
+                    databaseURL: database.gatewayURL, arguments: ["--smtp-url", "smtp://127.0.0.1:\(closed)"]
+                ) {
+                    _, _ in
+                    try await enqueue(database, to: "bo@example.org", code: "R4T6Y8U2")
+                    try await eventually("a failed attempt recorded") {
+                        try await database.value(
+                            "select last_error is not null and attempts >= 1 from ferry.mail_queue") == "t"
+                    }
+                    // The backoff puts the next attempt in the future; the code stays queued.
+                    #expect(try await database.value("select next_attempt_at > now() from ferry.mail_queue") == "t")
                 }
-                // The backoff puts the next attempt in the future; the code stays queued.
-                #expect(try await database.value("select next_attempt_at > now() from ferry.mail_queue") == "t")
             }
             let smtp = try SMTPTestServer()
             try await withStartedGateway(databaseURL: database.gatewayURL, arguments: ["--smtp-url", smtp.url]) {
