@@ -90,6 +90,24 @@ $$;
 
 
 --
+-- Name: check_reset_code(text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.check_reset_code(p_email text, p_code_hash text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    target uuid;
+begin
+    select u.id into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed;
+    return found and ferry.code_matches(target, 'recovery', p_code_hash);
+end
+$$;
+
+
+--
 -- Name: claim_lock(text, text, boolean); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -189,6 +207,39 @@ begin
     end loop;
     delete from ferry.revocations r where r.revoked_at < now() - interval '2 days';
     return deleted;
+end
+$$;
+
+
+--
+-- Name: code_matches(uuid, text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.code_matches(p_user uuid, p_purpose text, p_code_hash text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    live ferry.account_codes;
+begin
+    select * into live from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose for update;
+    if not found then
+        return false;
+    end if;
+    if live.expires_at <= now() then
+        delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        return false;
+    end if;
+    if live.code_hash <> p_code_hash then
+        if live.failed_attempts + 1 >= 5 then
+            delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
+        else
+            update ferry.account_codes c set failed_attempts = c.failed_attempts + 1
+                where c.user_id = p_user and c.purpose = p_purpose;
+        end if;
+        return false;
+    end if;
+    return true;
 end
 $$;
 
@@ -1739,7 +1790,8 @@ begin
                 select f.key, f.value into v_field, v_value from pg_catalog.json_each(v_element) f
                     where pg_catalog.strpos(f.value::text, '\\') > 0 or pg_catalog.strpos(pg_catalog.to_json(f.key)::text, '\\') > 0
                     limit 1;
-                v_code := case when v_field = 'table' then 'unknown_table' else 'invalid_row' end;
+                -- Even in the table name: a key holding \u0000 is refused, never looked up.
+                v_code := 'invalid_row';
                 if v_field in ('row', 'key') and pg_catalog.json_typeof(v_value) = 'object' then
                     select pg_catalog.to_json(f.key)::text into v_column from pg_catalog.json_each(v_value) f
                         where pg_catalog.strpos(f.value::text, '\\') > 0 or pg_catalog.strpos(pg_catalog.to_json(f.key)::text, '\\') > 0
@@ -2217,24 +2269,8 @@ CREATE FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
-declare
-    live ferry.account_codes;
 begin
-    select * into live from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose for update;
-    if not found then
-        return false;
-    end if;
-    if live.expires_at <= now() then
-        delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
-        return false;
-    end if;
-    if live.code_hash <> p_code_hash then
-        if live.failed_attempts + 1 >= 5 then
-            delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
-        else
-            update ferry.account_codes c set failed_attempts = c.failed_attempts + 1
-                where c.user_id = p_user and c.purpose = p_purpose;
-        end if;
+    if not ferry.code_matches(p_user, p_purpose, p_code_hash) then
         return false;
     end if;
     delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
@@ -4731,6 +4767,14 @@ GRANT ALL ON FUNCTION ferry.change_password(p_checked_hash text, p_new_hash text
 
 
 --
+-- Name: FUNCTION check_reset_code(p_email text, p_code_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.check_reset_code(p_email text, p_code_hash text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.check_reset_code(p_email text, p_code_hash text) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION claim_lock(p_table text, p_key text, p_force boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -4752,6 +4796,13 @@ GRANT ALL ON FUNCTION ferry.claim_mail(p_batch integer, p_lease_seconds integer)
 
 REVOKE ALL ON FUNCTION ferry.cleanup_anonymous(p_inactive interval, p_batch integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.cleanup_anonymous(p_inactive interval, p_batch integer) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION code_matches(p_user uuid, p_purpose text, p_code_hash text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.code_matches(p_user uuid, p_purpose text, p_code_hash text) FROM PUBLIC;
 
 
 --

@@ -10,28 +10,6 @@ extension Accounts {
         return .rateLimited(retryAfterSeconds: retryAfter, limit: limit)
     }
 
-    /// The `429` when wrong passwords or codes for `email` or from `address` (password
-    /// change and reset) reached their hour's limit; nil when one may be tried (only a
-    /// failure counts, ``noteFailedSignIn(email:address:)``).
-    func signInRefusal(email: String, address: String) -> APIError? {
-        let limits = [
-            (failedSignInsByEmail, email, "for this email"), (failedSignInsByAddress, address, "from this address"),
-        ]
-        for (limiter, key, whose) in limits {
-            if case .denied(let retryAfter) = limiter.check(key) {
-                let limit = "too many failed sign-ins \(whose) (\(limiter.limit) per hour)"
-                return .rateLimited(retryAfterSeconds: retryAfter, limit: limit)
-            }
-        }
-        return nil
-    }
-
-    /// Counts a failed sign-in against its email and its address.
-    func noteFailedSignIn(email: String, address: String) {
-        _ = failedSignInsByEmail.admit(email)
-        _ = failedSignInsByAddress.admit(address)
-    }
-
     /// Counts a password-reset request for `email` from `address`, or returns the `429`
     /// when either has made its hour's (the request is then not counted).
     func admitRecovery(email: String, address: String) -> APIError? {

@@ -13,11 +13,6 @@ final class Accounts: Sendable {
     let revoked: RevokedSessions
     let verifiedTokens = VerifiedTokenCache()
     let anonymousSignUps: RateLimiter
-    /// Wrong current passwords (password change) and reset codes, per email and per
-    /// address, in this process; a sign-in's own checks are counted in PostgreSQL
-    /// (``signInLimits``).
-    let failedSignInsByEmail: RateLimiter
-    let failedSignInsByAddress: RateLimiter
     let refreshes: RefreshLimits
     let recoveryRequestsByEmail: RateLimiter
     let recoveryRequestsByAddress: RateLimiter
@@ -25,7 +20,8 @@ final class Accounts: Sendable {
     let sendsMail: Bool
     /// Whether a linked email must be confirmed (FERRY_EMAIL_CONFIRMATION=required).
     let requiresEmailConfirmation: Bool
-    /// What a sign-in's password check is reserved against, in PostgreSQL.
+    /// What every password check (sign-in, password change, reset) is reserved against,
+    /// in PostgreSQL.
     let signInLimits: SignInLimits
     /// Password hashes in flight per client address and per email.
     let passwordsInFlight: PasswordsInFlight
@@ -38,8 +34,6 @@ final class Accounts: Sendable {
         passwords = PasswordHasher()
         revoked = RevokedSessions()
         anonymousSignUps = RateLimiter(limit: configuration.anonymousSignUpsPerHour, windowSeconds: 3600)
-        failedSignInsByEmail = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
-        failedSignInsByAddress = RateLimiter(limit: configuration.failedSignInsPerHour, windowSeconds: 3600)
         refreshes = RefreshLimits(configuration)
         recoveryRequestsByEmail = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)
         recoveryRequestsByAddress = RateLimiter(limit: configuration.recoveryRequestsPerHour, windowSeconds: 3600)

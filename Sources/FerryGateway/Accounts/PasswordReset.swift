@@ -8,10 +8,12 @@ import Foundation
 ///
 /// The request is answered `202` whether or not an account has the email, after the same
 /// work either way (one statement; the mail is queued in it and sent by the
-/// ``MailSender``, never here). The confirmation hashes the new password, then redeems
-/// the code and sets the password in one statement (``ResetPassword``): a wrong code
-/// counts against the code (the fifth voids it) and as a failed sign-in of the email and
-/// address, under the same limits as sign-in. Loop thread only.
+/// ``MailSender``, never here). The confirmation is a password check like a sign-in's
+/// (``PasswordCheckReservation``, so a wrong code counts as a failed sign-in of the email
+/// and address under the same limits): it checks the code (``CheckResetCode``; a wrong
+/// one counts against the code, the fifth voids it), and only then hashes the new
+/// password and redeems the code and sets the password in one statement
+/// (``ResetPassword``). Loop thread only.
 enum PasswordReset {
     /// Minutes a reset code is good for.
     static let codeMinutes = 15
@@ -39,23 +41,47 @@ enum PasswordReset {
         _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let body = responder.success(of: RecoverConfirmRequest.read(request)) else { return }
-        let address = Accounts.clientKey(request)
-        if let refusal = accounts.signInRefusal(email: body.email, address: address) {
-            return responder.respond(refusal.response)
+        PasswordCheckReservation.reserve(
+            email: body.email, address: Accounts.clientKey(request), accounts: accounts, responder: responder,
+            context: context
+        ) { reservation in
+            guard let code = body.code else {
+                reservation.ticket.finish()
+                return reservation.settle(as: .failed, answering: APIError.invalidCode.response)
+            }
+            let codeHash = OneTimeCode.hash(code)
+            context.pool.run(CheckResetCode(email: body.email, codeHash: codeHash)) { checked in
+                switch checked {
+                case .success(let answer) where answer.matches:
+                    reset(body, codeHash: codeHash, reservation, accounts)
+                case .success:
+                    reservation.ticket.finish()
+                    reservation.settle(as: .failed, answering: APIError.invalidCode.response)
+                case .failure(let failure):
+                    reservation.ticket.finish()
+                    reservation.settle(as: nil, answering: context.failure(failure).response)
+                }
+            }
         }
-        guard let code = body.code else {
-            accounts.noteFailedSignIn(email: body.email, address: address)
-            return responder.respond(APIError.invalidCode.response)
-        }
-        let waiting = LoopBound((responder, context), loop: responder.loop)
-        accounts.passwords.hash(body.newPassword, on: responder.loop) { hashed in
-            let (responder, context) = waiting.value
-            guard case .success(let newHash) = hashed else { return responder.respond(APIError.signInsBusy.response) }
+    }
+
+    /// The code checked out: the new password's hash, then the reset.
+    private static func reset(
+        _ body: RecoverConfirmRequest, codeHash: String, _ reservation: PasswordCheckReservation,
+        _ accounts: Accounts
+    ) {
+        let waiting = LoopBound(reservation, loop: reservation.responder.loop)
+        accounts.passwords.hash(body.newPassword, on: reservation.responder.loop) { hashed in
+            let reservation = waiting.value
+            reservation.ticket.finish()
+            guard case .success(let newHash) = hashed else {
+                return reservation.settle(as: nil, answering: APIError.signInsBusy.response)
+            }
             let refreshToken = RefreshToken.generate()
             let query = ResetPassword(
-                email: body.email, codeHash: OneTimeCode.hash(code), newHash: newHash, deviceID: body.deviceID,
+                email: body.email, codeHash: codeHash, newHash: newHash, deviceID: body.deviceID,
                 refreshTokenHash: RefreshToken.hash(refreshToken))
-            context.pool.run(query) { result in
+            reservation.context.pool.run(query) { result in
                 switch result {
                 case .success(.reset(let user, let session, let email)):
                     let tokens = accounts.session(
@@ -63,12 +89,12 @@ enum PasswordReset {
                         refreshToken: refreshToken)
                     // Only a confirmed email can be reset.
                     let user = UserBody(id: user.lowercasedString, email: email, emailConfirmed: true)
-                    responder.respond(.json(UserAndSession(user: user, session: tokens)))
+                    reservation.settle(as: .signedIn, answering: .json(UserAndSession(user: user, session: tokens)))
                 case .success(.invalidCode):
-                    accounts.noteFailedSignIn(email: body.email, address: address)
-                    responder.respond(APIError.invalidCode.response)
+                    // Used or voided since it was checked.
+                    reservation.settle(as: .failed, answering: APIError.invalidCode.response)
                 case .failure(let failure):
-                    responder.respond(context.failure(failure).response)
+                    reservation.settle(as: nil, answering: reservation.context.failure(failure).response)
                 }
             }
         }

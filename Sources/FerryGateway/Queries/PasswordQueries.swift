@@ -80,6 +80,24 @@ struct RequestPasswordReset: DatabaseQuery {
     static func answer(from rows: QueryRows) throws(QueryShapeError) {}
 }
 
+/// `ferry.check_reset_code`: whether a reset code is the email's live one, before the new
+/// password is hashed (a wrong one counts against the code).
+struct CheckResetCode: SingleRowQuery {
+    static let preparedName: String? = "ferry_check_reset_code"
+    static let sql = "select ferry.check_reset_code($1, $2) as matches"
+    static let columns = ["matches"]
+
+    /// The email, normalised.
+    var email: String
+    var codeHash: String
+    var parameters: [String?] { [email, codeHash] }
+
+    struct Answer: QueryRowDecodable {
+        var matches: Bool
+        init(_ row: QueryRow) throws(QueryShapeError) { matches = try row.decode("matches") }
+    }
+}
+
 /// `ferry.reset_password`: with the right code, the new password and a new session.
 struct ResetPassword: SingleRowQuery {
     static let preparedName: String? = "ferry_reset_password"

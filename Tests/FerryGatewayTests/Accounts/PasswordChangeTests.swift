@@ -95,6 +95,25 @@ import Testing
             }
             let limited = try await change(server, phone, from: "right password", to: "new password 2")
             #expect(limited.status == 429 && limited.header("Retry-After") != nil, "\(limited)")
+            // Counted in PostgreSQL, as a sign-in's are: the email's sign-ins are refused too.
+            let failed = try await server.database.value(
+                "select count(*) from ferry.sign_in_attempts where email = 'eve@example.org' and outcome = 'failed'")
+            #expect(failed == "2")
+            let signIn = try await server.signIn(
+                email: "eve@example.org", password: "right password", source: "127.0.0.2")
+            #expect(signIn.status == 429, "\(signIn)")
+        }
+    }
+
+    @Test func aRightCurrentPasswordCountsForNothing() async throws {
+        try await withAccountsGateway(arguments: ["--failed-signins-per-hour", "2"]) { server in
+            var phone = try await server.emailAccount("fay@example.org", password: "password 0")
+            for step in 1...3 {
+                let changed = try await change(server, phone, from: "password \(step - 1)", to: "password \(step)")
+                #expect(changed.status == 200, "\(changed)")
+                phone = try server.session(from: changed, device: phone.deviceID)
+            }
+            #expect(try await server.database.value("select count(*) from ferry.sign_in_attempts") == "0")
         }
     }
 }

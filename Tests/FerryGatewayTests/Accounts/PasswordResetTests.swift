@@ -96,6 +96,30 @@ import Testing
         }
     }
 
+    @Test func aWrongCodeIsNotHashedAndCountsAsAFailedSignIn() async throws {
+        try await withMailingGateway(arguments: ["--failed-signins-per-hour", "3"]) { server, smtp in
+            _ = try await server.emailAccount("dora@example.org")
+            _ = try await recover(server, "dora@example.org")
+            let code = try await smtp.code(sentTo: "dora@example.org")
+            let wrong = code == "ZZZZ2345" ? "ZZZZ2346" : "ZZZZ2345"
+            let hashes = server.gateway.accounts.passwords.hashesComputed
+            for wrongCode in [wrong, "not a code"] {
+                #expect(try await confirm(server, "dora@example.org", code: wrongCode).code == "invalid_code")
+            }
+            #expect(server.gateway.accounts.passwords.hashesComputed == hashes, "no new password hashed")
+            let failed = try await server.database.value(
+                "select count(*) from ferry.sign_in_attempts where email = 'dora@example.org' and outcome = 'failed'")
+            #expect(failed == "2")
+            // The right code is a sign-in: it counts against the account, not as a failure.
+            #expect(try await confirm(server, "dora@example.org", code: code).status == 200)
+            #expect(server.gateway.accounts.passwords.hashesComputed == hashes + 1)
+            let wrongAgain = try await confirm(server, "dora@example.org", code: wrong)
+            #expect(wrongAgain.code == "invalid_code")
+            let limited = try await confirm(server, "dora@example.org", code: wrong)
+            #expect(limited.status == 429, "the third failure spent the limit: \(limited)")
+        }
+    }
+
     @Test func anExpiredCodeIsRefusedAndANewRequestReplacesTheOldCode() async throws {
         try await withMailingGateway { server, smtp in
             _ = try await server.emailAccount("dee@example.org")

@@ -55,7 +55,7 @@ import Testing
             #expect(first.response.status == 200, "\(first.response)")
             #expect(
                 first.outcomes == [
-                    "applied", "rejected:invalid_row", "rejected:invalid_row", "rejected:unknown_table",
+                    "applied", "rejected:invalid_row", "rejected:invalid_row", "rejected:invalid_row",
                     "rejected:invalid_row", "applied",
                 ], "\(first.response)")
             #expect(first.lastMutationID == 6)

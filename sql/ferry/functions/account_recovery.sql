@@ -26,11 +26,10 @@ begin
 end
 $$;
 
--- Whether p_code_hash is the user's live code for p_purpose; the code is used up when it
--- is. A wrong code counts against it, and the fifth deletes it; an
--- expired one is deleted. The row is locked, so concurrent guesses count one by one and
--- a code is redeemed once.
-create or replace function ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) returns boolean
+-- Whether p_code_hash is the user's live code for p_purpose, leaving a right code live.
+-- A wrong code counts against it, and the fifth deletes it; an expired one is deleted.
+-- The row is locked, so concurrent guesses count one by one.
+create or replace function ferry.code_matches(p_user uuid, p_purpose text, p_code_hash text) returns boolean
 language plpgsql security definer set search_path = ''
 as $$
 declare
@@ -51,6 +50,19 @@ begin
             update ferry.account_codes c set failed_attempts = c.failed_attempts + 1
                 where c.user_id = p_user and c.purpose = p_purpose;
         end if;
+        return false;
+    end if;
+    return true;
+end
+$$;
+
+-- Whether p_code_hash is the user's live code for p_purpose (ferry.code_matches), used up
+-- when it is, so a code is redeemed once.
+create or replace function ferry.redeem_code(p_user uuid, p_purpose text, p_code_hash text) returns boolean
+language plpgsql security definer set search_path = ''
+as $$
+begin
+    if not ferry.code_matches(p_user, p_purpose, p_code_hash) then
         return false;
     end if;
     delete from ferry.account_codes c where c.user_id = p_user and c.purpose = p_purpose;
@@ -145,7 +157,22 @@ begin
 end
 $$;
 
--- POST /v1/auth/recover/confirm: with the right live code, the new password hash, every
+-- POST /v1/auth/recover/confirm, step 1, before the new password is hashed: whether
+-- p_code_hash is the live reset code of the account with p_email (a wrong one counts
+-- against the code; a right one stays live for step 2).
+create or replace function ferry.check_reset_code(p_email text, p_code_hash text) returns boolean
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    target uuid;
+begin
+    select u.id into target from ferry.users u
+        where pg_catalog.lower(u.email) = pg_catalog.lower(p_email) and u.email_confirmed;
+    return found and ferry.code_matches(target, 'recovery', p_code_hash);
+end
+$$;
+
+-- POST /v1/auth/recover/confirm, step 2: with the right live code, the new password hash, every
 -- session of the account ended and a new one on p_device. status: ok or invalid_code
 -- (no such account, no live code, or a wrong one, which counts against the code).
 create or replace function ferry.reset_password(
@@ -174,14 +201,16 @@ $$;
 -- MARK: - Grants
 
 revoke all on function
-    ferry.issue_code(uuid, text, text, text, text, integer), ferry.redeem_code(uuid, text, text),
+    ferry.issue_code(uuid, text, text, text, text, integer), ferry.code_matches(uuid, text, text),
+    ferry.redeem_code(uuid, text, text), ferry.check_reset_code(text, text),
     ferry.replace_password(uuid, text, text, text), ferry.caller_credentials(),
     ferry.change_password(text, text, text), ferry.request_password_reset(text, text, text, integer),
     ferry.reset_password(text, text, text, text, text)
 from public;
 
 grant execute on function
-    ferry.request_password_reset(text, text, text, integer), ferry.reset_password(text, text, text, text, text)
+    ferry.request_password_reset(text, text, text, integer), ferry.check_reset_code(text, text),
+    ferry.reset_password(text, text, text, text, text)
 to ferry_gateway;
 
 grant execute on function ferry.caller_credentials(), ferry.change_password(text, text, text) to ferry_client;

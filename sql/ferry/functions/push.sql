@@ -455,8 +455,8 @@ comment on function ferry.push_mutations(jsonb, jsonb) is
 -- p_max_mutations mutations, else push's answer. It is read as jsonb in one cast; when
 -- that fails (a \u0000 escape, which text cannot hold; a number beyond numeric's
 -- range), each mutation is read alone and the ones that do not convert are answered as
--- rejections: unknown_table when the table name holds the \u0000, else invalid_row,
--- naming the column when it can.
+-- rejections: invalid_row, naming the column when it can (unknown_table for a table
+-- name that is a number beyond numeric's range).
 create or replace function ferry.push_body(p_body text, p_max_mutations integer) returns jsonb
 language plpgsql
 as $$
@@ -503,7 +503,8 @@ begin
                 select f.key, f.value into v_field, v_value from pg_catalog.json_each(v_element) f
                     where pg_catalog.strpos(f.value::text, '\\') > 0 or pg_catalog.strpos(pg_catalog.to_json(f.key)::text, '\\') > 0
                     limit 1;
-                v_code := case when v_field = 'table' then 'unknown_table' else 'invalid_row' end;
+                -- Even in the table name: a key holding \u0000 is refused, never looked up.
+                v_code := 'invalid_row';
                 if v_field in ('row', 'key') and pg_catalog.json_typeof(v_value) = 'object' then
                     select pg_catalog.to_json(f.key)::text into v_column from pg_catalog.json_each(v_value) f
                         where pg_catalog.strpos(f.value::text, '\\') > 0 or pg_catalog.strpos(pg_catalog.to_json(f.key)::text, '\\') > 0
