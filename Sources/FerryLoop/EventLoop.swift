@@ -7,7 +7,9 @@ import Synchronization
 /// Everything a loop owns (handles, connections, pools) is touched only on that
 /// loop's thread. Other threads reach the loop through ``execute(_:)``, which
 /// queues the closure behind one lock and wakes the loop with `uv_async_send`;
-/// the loop drains the whole queue in one callback.
+/// the loop drains the whole queue in one callback. Once the loop has stopped, what
+/// other threads still hand it is dropped: a hasher or mail thread that finishes after
+/// a shutdown has nothing left to run on.
 public final class EventLoop: @unchecked Sendable {
     /// The libuv loop. Only for handle wrappers in Ferry's own modules, on the loop thread.
     package let uv: UnsafeMutablePointer<uv_loop_t>
@@ -30,6 +32,9 @@ public final class EventLoop: @unchecked Sendable {
     private struct PendingWork {
         var tasks: [@Sendable () -> Void] = []
         var stopRequested = false
+        /// The wake-up handle is closed (or about to be): `uv_async_send` on it would
+        /// write to a closed eventfd, which libuv answers with `abort()`.
+        var isGone = false
     }
 
     /// Creates a loop. Call ``run()`` on the thread that will own it, or use ``spawn(name:)``.
@@ -94,13 +99,25 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Asks the loop to stop after the tasks already queued. Safe from any thread.
     public func stop() {
-        pending.withLock { $0.stopRequested = true }
-        uv_async_send(wakeup)
+        pending.withLock { work in
+            work.stopRequested = true
+            wake(work)
+        }
     }
 
     /// Queues `task` to run on the loop thread. Safe from any thread; tasks run in order.
     public func execute(_ task: @escaping @Sendable () -> Void) {
-        pending.withLock { $0.tasks.append(task) }
+        pending.withLock { work in
+            guard !work.isGone else { return }
+            work.tasks.append(task)
+            wake(work)
+        }
+    }
+
+    /// Wakes the loop unless it is gone; called under `pending`'s lock, so that
+    /// ``tearDown()`` cannot close the handle between the check and the send.
+    private func wake(_ work: borrowing PendingWork) {
+        guard !work.isGone else { return }
         uv_async_send(wakeup)
     }
 
@@ -132,6 +149,10 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func tearDown() {
+        pending.withLock { work in
+            work.isGone = true
+            work.tasks.removeAll()
+        }
         // Handles still open belong to wrappers nobody closed; they are closed here
         // and their few bytes leak, which is harmless at shutdown.
         uv_walk(
