@@ -109,7 +109,8 @@ public final class Gateway: Sendable {
             accounts: accounts, maxPushMutations: configuration.maxPushMutations,
             cursors: PullCursorSealer(configuration: configuration))
         let streamRoutes = StreamRoutes(
-            accounts: accounts, maxMessageBytes: configuration.streamMaxMessageBytes, quota: quota)
+            accounts: accounts, maxMessageBytes: configuration.streamMaxMessageBytes,
+            closeTimeoutMilliseconds: UInt64(configuration.streamCloseTimeoutMilliseconds), quota: quota)
         server = HTTPServer(
             configuration: http, group: group,
             observer: { loop in contexts.first { $0.loop === loop }!.value },

@@ -97,6 +97,10 @@ public struct GatewayConfiguration: Sendable {
     public var streamMaxMessageBytes: Int
     /// Unsent bytes over which a stream is closed `4008 too_slow`; at most ``maxUnsentBytes``.
     public var streamMaxUnsentBytes: Int
+    /// Milliseconds a WebSocket waits for the client's close frame after sending its own;
+    /// then the connection is closed and what is still unsent (the close frame itself, for
+    /// a client that is slow to read) is dropped.
+    public var streamCloseTimeoutMilliseconds: Int
     /// Streams one user may hold open on this process (more: `429`).
     public var streamsPerUser: Int
 
@@ -240,6 +244,9 @@ public struct GatewayConfiguration: Sendable {
             "stream-max-unsent-bytes", env: "FERRY_STREAM_MAX_UNSENT_BYTES", default: "65536",
             help: "unsent bytes over which a stream is closed 4008 too_slow"),
         Setting(
+            "stream-close-timeout-ms", env: "FERRY_STREAM_CLOSE_TIMEOUT_MS", default: "2000",
+            help: "milliseconds a WebSocket waits for the client's close frame after sending its own"),
+        Setting(
             "streams-per-user", env: "FERRY_STREAMS_PER_USER", default: "16",
             help: "streams one user may hold open on this gateway (more: 429)"),
         Setting(
@@ -342,6 +349,7 @@ public struct GatewayConfiguration: Sendable {
                 "invalid \(values.name("stream-max-unsent-bytes")): \(streamMaxUnsentBytes) is over \(values.name("max-unsent-bytes")) (\(maxUnsentBytes)), the bound of every connection"
             )
         }
+        streamCloseTimeoutMilliseconds = try values.integer("stream-close-timeout-ms", in: 100...600_000)!
         streamsPerUser = try values.integer("streams-per-user", in: 1...100_000)!
         purgeTombstonesEverySeconds = try values.duration("purge-tombstones-every", maximumSeconds: 365 * 86_400)
         tombstoneRetentionSeconds = try values.duration("tombstone-retention")!

@@ -11,6 +11,8 @@ struct StreamRoutes: Sendable {
     let accounts: Accounts
     /// Largest message a WebSocket client may send.
     let maxMessageBytes: Int
+    /// How long a WebSocket waits for the client's close frame after sending its own.
+    let closeTimeoutMilliseconds: UInt64
     /// Streams per user on this process.
     let quota: ConcurrencyLimit<UUID>
 
@@ -39,7 +41,8 @@ struct StreamRoutes: Sendable {
                 // Best effort: the kernel's default works too, only bigger.
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)
                 let stream = WebSocketStream.open(
-                    tcp: tcp, bufferedBytes: buffered, handshake: handshake, maxMessageBytes: maxMessageBytes)
+                    tcp: tcp, bufferedBytes: buffered, handshake: handshake, maxMessageBytes: maxMessageBytes,
+                    closeTimeoutMilliseconds: closeTimeoutMilliseconds)
                 opened(stream, claims: claims, status: 101, request: request, route: responder.route, context: context)
             }
             if !tookOver { quota.release(claims.userID) }

@@ -362,7 +362,10 @@ import Testing
     }
 
     @Test func aWebSocketThatStopsReadingIsClosedTooSlow() async throws {
-        try await withAccountsGateway(arguments: ["--stream-heartbeat-ms", "200"]) { harness in
+        // The client reads the backlog 2 KiB at a time, which on a loaded machine can take
+        // longer than the default 2 s wait for its close frame.
+        let arguments = ["--stream-heartbeat-ms", "200", "--stream-close-timeout-ms", "120000"]
+        try await withAccountsGateway(arguments: arguments) { harness in
             let session = try await harness.signUpAnonymous()
             let stream = try await harness.openStream(session, .webSocket, receiveBufferBytes: 2048, timeout: 10)
             _ = try await stream.nextMessageAsync(ofType: "hello")
