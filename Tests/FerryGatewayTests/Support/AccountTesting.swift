@@ -58,9 +58,10 @@ struct AccountsDatabase: Sendable {
     }
 
     /// The pid of the gateway backend whose query mentions `function` while it waits on a
-    /// lock, polled for at most 20 s (bounded in count too); nil when none showed up.
+    /// lock, polled for at most 60 s (bounded in count too; a loaded machine can take
+    /// many seconds to get a request that far); nil when none showed up.
     func gatewayBackendWaitingOnALock(running function: String) async throws -> String? {
-        try? await eventually("a gateway backend running \(function) waiting on a lock") {
+        try? await eventually("a gateway backend running \(function) waiting on a lock", seconds: 60) {
             try await admin.query(
                 """
                 select pid::text from pg_stat_activity
