@@ -83,10 +83,13 @@ lint: ## swift-format lint, failing on any finding
 format: ## rewrite Sources and Tests with swift-format
 	swift format format --in-place --recursive Sources Tests
 
+# The package is built first, alone, rather than by its test (DebianPackageTests, which
+# then finds it up to date): a release build on both cores beside the tests would crowd
+# the ones with a window of seconds.
 # The database is stopped afterwards only when this target started it; the exit
 # status is the tests': the Swift suites', then the SQL checks' (Tests/sql/run.sh), both
 # run whatever the other's outcome.
-test: deps build lint ## lint, start PostgreSQL, run every test against it (Swift in parallel, then the SQL checks)
+test: deps build deb lint ## lint, build the Debian package, start PostgreSQL, run every test against it (Swift in parallel, then the SQL checks)
 	@started=""; \
 	if ! $(FERRY) db status >/dev/null; then $(FERRY) db start; started=yes; fi; \
 	stop_database() { if [ -n "$$started" ]; then $(FERRY) db stop; fi; }; \
