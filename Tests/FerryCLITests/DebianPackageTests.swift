@@ -75,8 +75,10 @@ import Testing
         let contents = try Self.contents(package)
         #expect(contents["/usr/bin/ferry"] == "-rwxr-xr-x root/root", "\(contents.keys.sorted())")
         #expect(contents["/lib/systemd/system/ferry.service"] == "-rw-r--r-- root/root")
-        // Secrets go in it: not readable by others, even before the postinst's override applies.
+        #expect(contents["/lib/systemd/system/ferry-migrate.service"] == "-rw-r--r-- root/root")
+        // Secrets go in them: not readable by others, even before the postinst's overrides apply.
         #expect(contents["/etc/ferry/ferry.env"] == "-rw-r----- root/root")
+        #expect(contents["/etc/ferry/migrate.env"] == "-rw------- root/root")
         // Every file of sql/ferry, and nothing else of sql/ (the examples are not Ferry's).
         let sql = try FileManager.default.subpathsOfDirectory(atPath: TestRepository.sqlRoot + "/ferry")
             .filter { $0.hasSuffix(".sql") }
@@ -86,13 +88,48 @@ import Testing
         #expect(Set(packagedSQL) == Set(sql.map { "/usr/share/ferry/sql/ferry/" + $0 }))
 
         let conffiles = try String(contentsOfFile: package.control + "/conffiles", encoding: .utf8)
-        #expect(conffiles.split(separator: "\n") == ["/etc/ferry/ferry.env"])
+        #expect(conffiles.split(separator: "\n") == ["/etc/ferry/ferry.env", "/etc/ferry/migrate.env"])
         let postinst = package.control + "/postinst"
         #expect(FileManager.default.isExecutableFile(atPath: postinst))
         let syntax = try Self.run("/bin/sh", ["-n", postinst])
         #expect(syntax.status == 0, "\(syntax.output)")
         let script = try String(contentsOfFile: postinst, encoding: .utf8)
         #expect(script.contains("useradd --system") && script.contains("getent passwd ferry"))
+        #expect(script.contains("dpkg-statoverride --update --add root ferry 0640 /etc/ferry/ferry.env"))
+        #expect(script.contains("dpkg-statoverride --update --add root root 0600 /etc/ferry/migrate.env"))
+    }
+
+    /// The gateway's unit gets ferry.env alone and can never open migrate.env, which holds
+    /// the owner's login (it bypasses Row Level Security); the migrations' unit gets it,
+    /// as a user of its own. What systemd itself enforces is not run here (no systemd);
+    /// `systemd-analyze verify` reads both units as systemd 252 would.
+    @Test func theGatewaysUnitNeverReadsTheOwnersLogin() async throws {
+        let package = try await Self.package.value
+        func lines(_ path: String) throws -> [String] {
+            try String(contentsOfFile: package.root + path, encoding: .utf8).split(separator: "\n").map(String.init)
+                .filter { !$0.hasPrefix("#") }
+        }
+        let serve = try lines("/lib/systemd/system/ferry.service")
+        #expect(serve.filter { $0.hasPrefix("EnvironmentFile=") } == ["EnvironmentFile=/etc/ferry/ferry.env"])
+        #expect(serve.contains("InaccessiblePaths=-/etc/ferry/migrate.env") && serve.contains("User=ferry"))
+        #expect(!serve.contains { $0.hasPrefix("ExecStart") && $0.contains("migrate") }, "no migrations with ferry.env")
+        let migrate = try lines("/lib/systemd/system/ferry-migrate.service")
+        #expect(migrate.filter { $0.hasPrefix("EnvironmentFile=") } == ["EnvironmentFile=/etc/ferry/migrate.env"])
+        #expect(migrate.contains("DynamicUser=yes") && !migrate.contains { $0.hasPrefix("User=") })
+        #expect(migrate.contains("ExecStart=/usr/bin/ferry migrate"))
+        #expect(!(try lines("/etc/ferry/ferry.env")).contains { $0.hasPrefix("FERRY_MIGRATE") })
+        #expect((try lines("/etc/ferry/migrate.env")).contains { $0.hasPrefix("FERRY_MIGRATE_DATABASE_URL=") })
+
+        // systemd-analyze resolves the units' dependencies under --root: the host's targets.
+        let units = package.root + "/lib/systemd/system"
+        for target in try FileManager.default.contentsOfDirectory(atPath: "/lib/systemd/system")
+        where target.hasSuffix(".target") && !FileManager.default.fileExists(atPath: units + "/" + target) {
+            try FileManager.default.copyItem(atPath: "/lib/systemd/system/" + target, toPath: units + "/" + target)
+        }
+        let verify = try Self.run(
+            "/usr/bin/systemd-analyze",
+            ["verify", "--root=\(package.root)", units + "/ferry.service", units + "/ferry-migrate.service"])
+        #expect(verify.status == 0 && verify.output.isEmpty, "\(verify.output)")
     }
 
     @Test func versionIsTheBinarysAndDependsNamesThePackageOfEachLibraryItLinks() async throws {

@@ -37,8 +37,10 @@ install -d "$stage/DEBIAN" "$stage/usr/bin" "$stage/usr/share/ferry/sql" "$stage
 strip --strip-debug -o "$stage/usr/bin/ferry" "$binary"
 cp -R sql/ferry "$stage/usr/share/ferry/sql/ferry"
 chmod -R u=rwX,go=rX "$stage/usr/share/ferry"
-install -m 0644 deploy/ferry.service "$stage/lib/systemd/system/"
+install -m 0644 deploy/ferry.service deploy/ferry-migrate.service "$stage/lib/systemd/system/"
+# The gateway's settings, and the owner's login that only the migrations get.
 install -m 0640 deploy/ferry.env.example "$stage/etc/ferry/ferry.env"
+install -m 0600 deploy/migrate.env.example "$stage/etc/ferry/migrate.env"
 install -m 0644 README.md docs/OPERATIONS.md "$stage/usr/share/doc/ferry/"
 install -m 0755 deploy/debian/postinst "$stage/DEBIAN/postinst"
 find "$stage/etc" -type f | sed "s|^$stage||" | sort >"$stage/DEBIAN/conffiles"
