@@ -204,6 +204,23 @@ import Testing
         }
     }
 
+    /// docs/DEPLOY.md's commands, every `sh` block in order, against the package in a
+    /// throwaway root and a throwaway PostgreSQL cluster (deploy/check.sh says how).
+    @Test func everyCommandOfTheDeploymentGuideRuns() async throws {
+        let package = try await Self.package.value
+        let guide = try String(contentsOfFile: TestRepository.root + "/docs/DEPLOY.md", encoding: .utf8)
+        let blocks = guide.split(separator: "\n").filter { $0 == "```sh" }.count
+        #expect(blocks >= 8, "the guide's steps are sh blocks")
+        let check = try await offload {
+            try Self.run("/bin/bash", [TestRepository.root + "/deploy/check.sh", package.file], timeout: 400)
+        }
+        #expect(check.status == 0, "\(check.output)")
+        #expect(
+            check.output.hasSuffix(
+                "ran the \(blocks) blocks of docs/DEPLOY.md; the gateway serves, without the owner's login\n"),
+            "\(check.output)")
+    }
+
     /// What `ldd` shows: library name → the file the loader would map.
     static func loadedLibraries(_ binary: String) throws -> [String: String] {
         var paths: [String: String] = [:]

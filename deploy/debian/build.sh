@@ -41,7 +41,7 @@ install -m 0644 deploy/ferry.service deploy/ferry-migrate.service "$stage/lib/sy
 # The gateway's settings, and the owner's login that only the migrations get.
 install -m 0640 deploy/ferry.env.example "$stage/etc/ferry/ferry.env"
 install -m 0600 deploy/migrate.env.example "$stage/etc/ferry/migrate.env"
-install -m 0644 README.md docs/OPERATIONS.md "$stage/usr/share/doc/ferry/"
+install -m 0644 README.md docs/DEPLOY.md docs/OPERATIONS.md "$stage/usr/share/doc/ferry/"
 install -m 0755 deploy/debian/postinst "$stage/DEBIAN/postinst"
 find "$stage/etc" -type f | sed "s|^$stage||" | sort >"$stage/DEBIAN/conffiles"
 
