@@ -31,8 +31,10 @@ enum MigrateCommand: Command {
             help: "PostgreSQL URL of an owner or superuser role (falls back to FERRY_DATABASE_URL)",
             isOptional: true, isSecret: true),
         Setting(
-            "sql-root", env: "FERRY_SQL_ROOT", default: "sql",
-            help: "directory holding ferry/ (Ferry's own migrations), relative to the current directory"),
+            "sql-root", env: "FERRY_SQL_ROOT", default: InstalledSQL.defaultRoot,
+            help:
+                "directory holding ferry/ (Ferry's own migrations); by default share/ferry/sql beside the binary's bin/ "
+                + "(the package's /usr/share/ferry/sql), else sql in the current directory"),
         Setting(
             "dir", env: "FERRY_MIGRATE_DIRS",
             help: "another directory of migrations, applied after Ferry's; labelled by its name", isRepeatable: true),
@@ -76,7 +78,7 @@ enum MigrateCommand: Command {
     }
 
     /// Refuses, as a bad setting, a directory that does not exist: `<sqlRoot>/ferry` (the
-    /// usual cause: running from elsewhere than a checkout without `--sql-root`) or a `--dir`.
+    /// usual cause: running a built binary from elsewhere than a checkout without `--sql-root`) or a `--dir`.
     static func checkDirectories(sqlRoot: String, _ directories: [String], _ values: SettingValues)
         throws(SettingsError)
     {
@@ -84,7 +86,7 @@ enum MigrateCommand: Command {
         guard isDirectory(ferry) else {
             throw SettingsError(
                 "invalid \(values.name("sql-root")): \(ferry) is not a directory (Ferry's own migrations); pass the "
-                    + "directory holding ferry/, e.g. --sql-root /usr/local/share/ferry/sql")
+                    + "directory holding ferry/, e.g. --sql-root /usr/share/ferry/sql")
         }
         for directory in directories where !isDirectory(directory) {
             throw SettingsError("invalid --dir: \(directory) is not a directory")
