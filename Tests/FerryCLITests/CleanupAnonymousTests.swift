@@ -1,4 +1,3 @@
-import FerryGateway
 import FerryPostgres
 import FerryTestSupport
 import Foundation
@@ -12,40 +11,28 @@ import Testing
         try await runFerry(["cleanup-anonymous"] + arguments, databaseURL: databaseURL)
     }
 
-    /// The test database's URL with `ferry_gateway` as the user: the cleanup functions
-    /// are granted to it, and the test cluster trusts loopback logins.
-    func gatewayURL(_ database: TestDatabase) throws -> String {
-        try database.url(user: "ferry_gateway")
-    }
-
-    /// 2,500 anonymous users last seen 40 to 60 days ago, 1,000 seen 1 to 29 days ago, one
-    /// linked user last seen 400 days ago; each with a session and two rows in `notes`, a
-    /// synced table. `stale_users` remembers who should go.
-    func withPopulatedDatabase(_ body: (TestDatabase, PostgresClient) async throws -> Void) async throws {
-        try await TestDatabase.with(prefix: "ferry_cleanup") { database in
-            let client = try await database.connect()
-            do {
-                try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: []).migrate(client)
-                _ = try await client.execute(
-                    """
-                    create table notes (id text, user_id uuid not null, primary key (user_id, id));
-                    select ferry.register_table('notes', 'lww');
-                    insert into ferry.users (last_seen_at)
-                        select now() - make_interval(days => 40 + n % 21) from generate_series(1, 2500) n;
-                    create table stale_users as select id from ferry.users;
-                    insert into ferry.users (last_seen_at)
-                        select now() - make_interval(days => 1 + n % 29) from generate_series(1, 1000) n;
-                    insert into ferry.users (email, password_hash, last_seen_at)
-                        values ('linked@example.com', 'not-a-real-hash', now() - interval '400 days');
-                    insert into ferry.sessions (user_id, device_id) select id, gen_random_uuid()::text from ferry.users;
-                    insert into notes (id, user_id) select 'n' || n, u.id from ferry.users u, generate_series(1, 2) n;
-                    """)
-                try await body(database, client)
-            } catch {
-                await client.close()
-                throw error
-            }
-            await client.close()
+    /// A database migrated with `sql/ferry`, then 2,500 anonymous users last seen 40 to 60
+    /// days ago, 1,000 seen 1 to 29 days ago, one linked user last seen 400 days ago; each
+    /// with a session and two rows in `notes`, a synced table. `stale_users` remembers who
+    /// should go. The command connects with ``MigratedDatabase/gatewayURL``: the cleanup
+    /// functions are granted to `ferry_gateway`.
+    func withPopulatedDatabase(_ body: (MigratedDatabase) async throws -> Void) async throws {
+        try await MigratedDatabase.with(prefix: "ferry_cleanup") { database in
+            _ = try await database.admin.execute(
+                """
+                create table notes (id text, user_id uuid not null, primary key (user_id, id));
+                select ferry.register_table('notes', 'lww');
+                insert into ferry.users (last_seen_at)
+                    select now() - make_interval(days => 40 + n % 21) from generate_series(1, 2500) n;
+                create table stale_users as select id from ferry.users;
+                insert into ferry.users (last_seen_at)
+                    select now() - make_interval(days => 1 + n % 29) from generate_series(1, 1000) n;
+                insert into ferry.users (email, password_hash, last_seen_at)
+                    values ('linked@example.com', 'not-a-real-hash', now() - interval '400 days');
+                insert into ferry.sessions (user_id, device_id) select id, gen_random_uuid()::text from ferry.users;
+                insert into notes (id, user_id) select 'n' || n, u.id from ferry.users u, generate_series(1, 2) n;
+                """)
+            try await body(database)
         }
     }
 
@@ -54,8 +41,9 @@ import Testing
     }
 
     @Test func deletesAnonymousUsersInactiveLongerThanTheLimitWithTheirRowsInBatches() async throws {
-        try await withPopulatedDatabase { database, client in
-            let run = try await cleanup(["--inactive-days", "30", "--batch", "700"], databaseURL: gatewayURL(database))
+        try await withPopulatedDatabase { database in
+            let client = database.admin
+            let run = try await cleanup(["--inactive-days", "30", "--batch", "700"], databaseURL: database.gatewayURL)
             #expect(run.status == 0, "stderr: \(run.errors)")
             #expect(
                 run.lines == [
@@ -78,7 +66,7 @@ import Testing
             #expect(try await count(client, "select count(*) from notes") == 2 * 1001)
             #expect(try await count(client, "select count(*) from ferry.sessions") == 1001)
 
-            let again = try await cleanup(["--inactive-days", "30"], databaseURL: gatewayURL(database))
+            let again = try await cleanup(["--inactive-days", "30"], databaseURL: database.gatewayURL)
             #expect(again.status == 0, "stderr: \(again.errors)")
             #expect(again.lines == ["done: deleted 0 anonymous users not seen for more than 30 days"])
             #expect(try await count(client, "select count(*) from ferry.users") == 1001)
@@ -86,8 +74,9 @@ import Testing
     }
 
     @Test func dryRunPrintsTheCountAndChangesNothing() async throws {
-        try await withPopulatedDatabase { database, client in
-            let run = try await cleanup(["--inactive-days", "30", "--dry-run"], databaseURL: gatewayURL(database))
+        try await withPopulatedDatabase { database in
+            let client = database.admin
+            let run = try await cleanup(["--inactive-days", "30", "--dry-run"], databaseURL: database.gatewayURL)
             #expect(run.status == 0, "stderr: \(run.errors)")
             #expect(
                 run.lines == [
@@ -97,7 +86,7 @@ import Testing
             #expect(try await count(client, "select count(*) from notes") == 2 * 3501)
 
             // The limit is in days: 50 leaves out those seen 40 to 50 days ago.
-            let longer = try await cleanup(["--inactive-days", "50", "--dry-run"], databaseURL: gatewayURL(database))
+            let longer = try await cleanup(["--inactive-days", "50", "--dry-run"], databaseURL: database.gatewayURL)
             let expected = try await count(
                 client,
                 "select count(*) from ferry.users where email is null and last_seen_at < now() - interval '50 days'")

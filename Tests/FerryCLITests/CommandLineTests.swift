@@ -7,28 +7,6 @@ import Testing
 /// The `ferry` binary's own commands and answers: help, version, and how `ferry migrate`
 /// reports what it cannot do.
 @Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct CommandLineTests {
-    /// The repository's root, where `make test` keeps the development database (`.ferry/`).
-    static let root = TestRepository.root
-
-    /// Creates a database migrated with `sql/ferry` (and `sql/examples/<name>` for each of
-    /// `examples`), runs `body` with a superuser connection to it, and drops it.
-    func withMigratedDatabase(
-        examples: [String] = [], _ body: (TestDatabase, PostgresClient) async throws -> Void
-    ) async throws {
-        try await TestDatabase.with(prefix: "ferry_cli") { database in
-            let admin = try await database.connect()
-            do {
-                let directories = examples.map { TestRepository.sqlRoot + "/examples/" + $0 }
-                try await Migrator(sqlRoot: TestRepository.sqlRoot, extraDirectories: directories).migrate(admin)
-                try await body(database, admin)
-            } catch {
-                await admin.close()
-                throw error
-            }
-            await admin.close()
-        }
-    }
-
     @Test func helpListsTheCommandsAndHelpOfACommandItsSettings() async throws {
         let list = try await runFerry(["help"], databaseURL: nil)
         #expect(list.status == 0)
@@ -67,7 +45,7 @@ import Testing
 
         // The checkout's development database, which make test runs (its port is the test server's).
         let port = try TestDatabase.maintenanceConfiguration().parameters["port"] ?? "15329"
-        let development = ["FERRY_DEV_STATE_DIR": Self.root + "/.ferry", "FERRY_DEV_PG_PORT": port]
+        let development = ["FERRY_DEV_STATE_DIR": TestRepository.root + "/.ferry", "FERRY_DEV_PG_PORT": port]
         let status = try await runFerry(["db", "status"], databaseURL: nil, environment: development)
         let here = try await runFerry(["migrate"], databaseURL: nil, environment: development)
         #expect(here.status == 2)
@@ -92,7 +70,8 @@ import Testing
     }
 
     @Test func migrateStatusListsLedgerRowsOfDirectoriesNotGiven() async throws {
-        try await withMigratedDatabase(examples: ["puzzle"]) { database, _ in
+        try await MigratedDatabase.with(prefix: "ferry_cli", examples: ["puzzle"]) { migrated in
+            let database = migrated.database
             let run = try await runFerry(
                 ["migrate", "--status", "--sql-root", TestRepository.sqlRoot], databaseURL: database.url)
             #expect(run.status == 0, "\(run.errors)")
@@ -112,7 +91,8 @@ import Testing
     }
 
     @Test func migrateStatusAsARoleThatMayNotReadTheLedgerSaysWhichRoleToUse() async throws {
-        try await withMigratedDatabase { database, admin in
+        try await MigratedDatabase.with(prefix: "ferry_cli") { migrated in
+            let (database, admin) = (migrated.database, migrated.admin)
             let role = "ferry_reader_\(UInt32.random(in: 0...UInt32.max))"
             try await admin.execute("create role \(role) login")
             let run: FerryRun

@@ -180,21 +180,9 @@ private final class TestServer {
         let requests = Array(String(repeating: request, count: 100).utf8)
         let first = String(repeating: request, count: (64 << 10) / request.utf8.count)
         try flooder.send(first)
-        var accepted = first.utf8.count
-        var refusedInARow = 0
-        var closed = false
-        // Until the kernel has taken nothing for half a second (20 ms apart), the server
-        // closed the connection, 64 MB went, or 2,000 tries.
-        for _ in 0..<2000 where refusedInARow < 25 && !closed && accepted < 64 << 20 {
-            guard let taken = try? flooder.sendWithoutWaiting(requests) else {
-                closed = true
-                break
-            }
-            accepted += taken
-            refusedInARow = taken == 0 ? refusedInARow + 1 : 0
-            if taken == 0 { Thread.sleep(forTimeInterval: 0.02) }
-        }
-        try #require(!closed && refusedInARow == 25, "the server went on reading, or closed the flooder early")
+        let flood = flooder.floodUntilRefused(requests)
+        let accepted = first.utf8.count + flood.taken
+        try #require(!flood.closed && flood.refused, "the server went on reading, or closed the flooder early")
         let records = server.recorder.records
         let answer = try #require(records.first?.responseBytes)
         let flooderPort = try #require(records.first?.remoteAddress?.split(separator: ":").last.flatMap { Int($0) })
@@ -225,7 +213,7 @@ private final class TestServer {
 
         // The flooder takes nothing: the server closes it (a reset, since its requests are
         // unread) once the idle timeout passes; 15 s at most here.
-        closed = closed || eventuallyHoldsBlocking(seconds: 15) { (try? flooder.sendWithoutWaiting(requests)) == nil }
+        let closed = eventuallyHoldsBlocking(seconds: 15) { (try? flooder.sendWithoutWaiting(requests)) == nil }
         #expect(closed, "the server still holds a connection whose client took nothing")
     }
 

@@ -99,28 +99,4 @@ import Testing
         #expect(stalled, "the kernel took everything")
         #expect(server.log.waitFor("close 1", timeout: 10))
     }
-
-    @Test func onWritableFiresOnceANonReadingClientReadsAgain() throws {
-        let server = try StreamTestServer(sendBufferSize: 4096)
-        defer { server.stop() }
-        let client = try open(server, number: 1)
-        let payload = Array(("{\"pad\":\"" + String(repeating: "x", count: 1000) + "\"}").utf8)
-        // Fill the socket until the kernel stops taking bytes (bounded: 4 MB at most).
-        let sent = server.onStream(1) { stream -> Int in
-            guard let stream else { return 0 }
-            var count = 0
-            while stream.unsentBytes == 0 && count < 4000 {
-                stream.send(type: "cue", json: payload)
-                count += 1
-            }
-            return stream.unsentBytes > 0 ? count : 0
-        }
-        #expect(sent > 0, "the kernel took everything")
-        #expect(!server.log.all.contains("writable 1"))
-        _ = try client.readResponse(toHead: true)
-        let eventSize = "event: cue\ndata: \n\n".utf8.count + payload.count
-        _ = try client.readBytes("retry: 1500\n\n".utf8.count + sent * eventSize)
-        #expect(server.log.waitFor("writable 1"))
-        #expect(server.onStream(1) { $0?.unsentBytes } == 0)
-    }
 }

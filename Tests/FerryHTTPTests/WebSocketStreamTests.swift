@@ -231,26 +231,4 @@ extension WebSocketEvent {
         #expect(try bystander.readText() == "still here")
         #expect(!server.log.all.contains("close 1"))
     }
-
-    @Test func onWritableFiresOnceANonReadingClientReadsAgain() throws {
-        let server = try StreamTestServer(sendBufferSize: 4096)
-        defer { server.stop() }
-        let socket = try RawWebSocket(server)
-        #expect(server.log.waitFor("open 1"))
-        let payload = Array(("{\"pad\":\"" + String(repeating: "x", count: 1000) + "\"}").utf8)
-        let sent = server.onStream(1) { stream -> Int in
-            guard let stream else { return 0 }
-            var count = 0
-            while stream.unsentBytes == 0 && count < 4000 {
-                stream.send(type: "cue", json: payload)
-                count += 1
-            }
-            return stream.unsentBytes > 0 ? count : 0
-        }
-        #expect(sent > 0, "the kernel took everything")
-        #expect(!server.log.all.contains("writable 1"))
-        for _ in 0..<sent { #expect(try socket.readText().utf8.count == payload.count) }
-        #expect(server.log.waitFor("writable 1"))
-        #expect(server.onStream(1) { $0?.unsentBytes } == 0)
-    }
 }

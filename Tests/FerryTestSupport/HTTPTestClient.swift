@@ -107,6 +107,17 @@ public final class HTTPTestClient {
 
     deinit { close() }
 
+    /// The local end's port (the server sees the client as `127.0.0.1:<localPort>`).
+    public var localPort: Int {
+        var address = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let status = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        precondition(status == 0, "getsockname on a connected socket failed: errno \(errno)")
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
     /// Changes how long each receive and send may wait, seconds.
     public func setTimeout(_ timeout: Double) {
         var time = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
@@ -139,6 +150,37 @@ public final class HTTPTestClient {
         if count >= 0 { return count }
         if errno == EAGAIN || errno == EWOULDBLOCK { return 0 }
         throw HTTPTestClientError(description: "send: errno \(errno)")
+    }
+
+    /// What ``floodUntilRefused(_:)`` left: the bytes the kernel took, and how it stopped.
+    public struct Flood: Sendable {
+        /// Bytes the kernel took, all sends together.
+        public var taken: Int
+        /// The kernel took nothing 25 tries in a row, 20 ms apart: the server stopped reading.
+        public var refused: Bool
+        /// The server closed (or reset) the connection.
+        public var closed: Bool
+    }
+
+    /// Sends `bytes` over and over without reading anything, until the kernel has taken
+    /// nothing for half a second (25 tries 20 ms apart), the server closed the connection,
+    /// 64 MB went, or 2,000 tries: for tests of a server that must stop reading a client
+    /// that reads nothing. Blocking, and it sleeps on the thread: a `Task.sleep` resumed
+    /// late on a loaded machine would stretch the half second past a server's idle timeout.
+    public func floodUntilRefused(_ bytes: [UInt8]) -> Flood {
+        var flood = Flood(taken: 0, refused: false, closed: false)
+        var refusedInARow = 0
+        for _ in 0..<2000 where refusedInARow < 25 && flood.taken < 64 << 20 {
+            guard let taken = try? sendWithoutWaiting(bytes) else {
+                flood.closed = true
+                return flood
+            }
+            flood.taken += taken
+            refusedInARow = taken == 0 ? refusedInARow + 1 : 0
+            if taken == 0 { usleep(20_000) }
+        }
+        flood.refused = refusedInARow == 25
+        return flood
     }
 
     /// Sends a request with `Host` and (for a body) `Content-Length`, and reads its response.

@@ -258,8 +258,11 @@ package final class LocalStore: Sendable {
     }
 
     /// Runs `body` in one transaction on the repository; observers hear of the tables it
-    /// changed once it committed.
-    private func write<T: Sendable>(_ body: (StoreState) throws -> T) throws -> T {
+    /// changed once it committed. `body` is `@Sendable` so that it holds nothing the
+    /// repository could be left in: the compiler then proves the repository stays in the
+    /// `Mutex` (a closure that could capture state would merge the repository's region
+    /// with the caller's).
+    private func write<T: Sendable>(_ body: @Sendable (StoreState) throws -> T) throws -> T {
         let (value, visible) = try state.withLock { state in
             do {
                 let (value, changed) = try state.connection.transaction {

@@ -5,12 +5,14 @@ import Foundation
 /// What to write is decided elsewhere (``MergePlanner``, ``LocalStore``); every method
 /// runs inside the transaction ``LocalStore`` opened.
 ///
-/// `@unchecked Sendable` because it is confined by hand, not by the compiler (SQLite's
-/// transaction closure captures it, which region checking cannot follow): the one instance
-/// of each store is made in ``LocalStore``'s `init`, moved into its `Mutex`, and reached
-/// only inside `withLock`, whose closures never keep it. So no two threads touch it, or
-/// its SQLite connection, at once.
-final class StoreState: @unchecked Sendable {
+/// Not `Sendable`, and needs not be: the one instance of each store is made in
+/// ``LocalStore``'s `init` and sent into its `Mutex`, and the compiler's region checking
+/// keeps it there (`withLock` hands it out `inout sending`, and ``LocalStore``'s
+/// transactions are `@Sendable` closures, which cannot keep it). So no two threads touch
+/// it, or its SQLite connection, at once. One hole the checker has (swiftlang/swift#81274):
+/// a `withLock` closure that returns the value itself, or its connection, is not
+/// diagnosed; every closure here returns only what it read.
+final class StoreState {
     let connection: SQLiteConnection
     var tables: [String: TableSchema] { didSet { statementSQL.removeAll() } }
     /// How many outbox mutations each row has, counted in memory so the outbox needs no

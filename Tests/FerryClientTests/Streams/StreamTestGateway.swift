@@ -108,9 +108,7 @@ actor StreamTestGateway {
 
     /// The streams the gateway holds open, from `/metrics`.
     func streamsOpen() async throws -> Int {
-        let response = try await call("GET", "/metrics", port: port)
-        return response.raw.text.split(separator: "\n").filter { $0.hasPrefix("ferry_streams_open{") }
-            .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0) { $0 + Int($1) }
+        metricTotal("ferry_streams_open", in: try await call("GET", "/metrics", port: port).raw.text)
     }
 }
 

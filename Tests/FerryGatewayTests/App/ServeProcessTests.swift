@@ -1,4 +1,5 @@
 import FerryGateway
+import FerryHTTP
 import FerryLoop
 import FerryTestSupport
 import Foundation
@@ -203,7 +204,8 @@ import Testing
     /// the gateway grew by ~300 MB in 8 s): each stops being read past the write bound, so
     /// the process grows by less than 64 MB. Memory, not time: the flood lasts until no
     /// connection has taken a byte for a second (20 s at most), and a slower machine only
-    /// makes the server answer less.
+    /// makes the server answer less. What one connection is held to is checked exactly by
+    /// ``aConnectionThatReadsNoAnswersIsHeldToTheConfiguredBound()``; this is the memory.
     @Test func fiftyConnectionsThatReadNoAnswersGrowTheGatewayByLessThan64MB() async throws {
         try await AccountsDatabase.with { database in
             let port = try freePort()
@@ -245,6 +247,78 @@ import Testing
             #expect(growth < 64_000_000 / 1024, "the gateway grew by \(growth / 1000) MB (\(before / 1000) MB before)")
             // The flooders are not read, but everyone else is.
             #expect(try HTTPTestClient(port: port).request("GET", "/healthz").status == 200)
+            #expect(server.isRunning)
+        }
+    }
+
+    /// One connection pipelines `GET /healthz` and reads none of the answers: `ferry serve`
+    /// holds for it no more than its connection bound (`--max-unsent-bytes`, as the
+    /// configuration of the test's settings has it) and the answers already being made
+    /// when it stopped reading it, and more than a quarter of the bound (at or below
+    /// which it reads again); it holds at most one read (64 KiB) undecoded. Checked as it
+    /// is, over the real sockets, with no timing: what the kernels hold is read from
+    /// /proc/net/tcp, what the server answered is `ferry_http_requests_total` times the
+    /// size of one answer (every `/healthz` answer is the same size).
+    @Test func aConnectionThatReadsNoAnswersIsHeldToTheConfiguredBound() async throws {
+        try await AccountsDatabase.with { database in
+            let bound = try TestGateway.configuration(databaseURL: database.gatewayURL).maxUnsentBytes
+            let inFlightRequests = HTTPLimits().maxPipelinedRequests + 1
+            let port = try freePort()
+            let server = try startServe(database.gatewayURL, port: port)
+            let observer = try await firstClient(port: port)
+            func answeredHealthChecks() throws -> Int {
+                metricTotal(
+                    "ferry_http_requests_total", labels: #"route="/healthz",status="200""#,
+                    in: try observer.request("GET", "/metrics").text)
+            }
+            // A small receive buffer, so that the kernels hold little beside the server.
+            let flooder = try HTTPTestClient(port: port, receiveBufferBytes: 4096)
+            let request = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+            try flooder.send(request)
+            let head = try flooder.readThrough(Array("\r\n\r\n".utf8))
+            let body = try flooder.readBytes(#"{"status":"ok"}"#.utf8.count)
+            #expect(String(decoding: body, as: UTF8.self) == #"{"status":"ok"}"#)
+            let answer = head.count + body.count
+            let before = try answeredHealthChecks()
+
+            // The first 64 KiB in one write, so that one server read holds 1,770 requests.
+            let first = String(repeating: request, count: (64 << 10) / request.utf8.count)
+            try flooder.send(first)
+            let flood = flooder.floodUntilRefused(Array(String(repeating: request, count: 100).utf8))
+            try #require(!flood.closed && flood.refused, "the server went on reading, or closed the flooder early")
+            // Stopped, not merely slow on a loaded machine: a server still reading the
+            // flooder reads in every loop iteration (its socket stays readable), and each
+            // `/metrics` answer needs an iteration of every loop; so what it answered and
+            // what the kernels hold, the same over three answers in a row, are where it
+            // stopped.
+            struct Stall: Equatable {
+                var answered: Int
+                var atFlooder: KernelSocketQueues
+                var atServer: KernelSocketQueues
+            }
+            var seen: [Stall] = []
+            let stall = try await eventually("the server stopped reading the flooder", seconds: 30) { () -> Stall? in
+                let answered = try answeredHealthChecks() - before
+                let queues = try #require(
+                    try KernelSocketQueues.of([(flooder.localPort, port), (port, flooder.localPort)]),
+                    "not in /proc/net/tcp")
+                seen.append(Stall(answered: answered, atFlooder: queues[0], atServer: queues[1]))
+                return seen.count >= 3 && seen.suffix(3).allSatisfy({ $0 == seen.last }) ? seen.last : nil
+            }
+            let (answered, atFlooder, atServer) = (stall.answered, stall.atFlooder, stall.atServer)
+
+            // Read by the server: what the flooder sent less what the kernels still hold.
+            let read = first.utf8.count + flood.taken - atFlooder.unacknowledged - atServer.unread
+            let undecoded = read - answered * request.utf8.count
+            #expect(undecoded >= 0 && undecoded <= 64 << 10, "\(undecoded) bytes read and not answered")
+            // Held by the server: what it answered less what the kernels took.
+            let held = answered * answer - (atServer.unacknowledged + atFlooder.unread)
+            #expect(atServer.unread > 0, "no request waited to be read")
+            #expect(held > bound / 4, "not reading at \(held) bytes held, a quarter of the bound (\(bound)) or less")
+            #expect(
+                held <= bound + inFlightRequests * answer,
+                "\(held) bytes held, over the bound (\(bound)) and \(inFlightRequests) answers in flight")
+            #expect(try observer.request("GET", "/healthz").status == 200, "others are served")
             #expect(server.isRunning)
         }
     }

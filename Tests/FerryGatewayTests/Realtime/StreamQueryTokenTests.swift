@@ -43,23 +43,24 @@ import Testing
         }
     }
 
-    @Test func aWebSocketOpensWithTheTokenInTheQueryString() async throws {
+    @Test(arguments: StreamTestClient.Transport.allCases)
+    func aStreamOpensWithTheTokenInTheQueryString(transport: StreamTestClient.Transport) async throws {
         try await withAccountsGateway { harness in
             let session = try await harness.signUpAnonymous()
-            let stream = try await harness.openStream(session, .webSocket, tokenInQuery: true)
+            let stream = try await harness.openStream(session, transport, tokenInQuery: true)
             let hello = try await stream.nextMessageAsync(ofType: "hello")
             #expect(hello.string("user_id") == session.userID && hello.string("device_id") == session.deviceID)
             stream.close()
             // The query token is checked like a header's.
             let expired = try await opening(
-                harness, .webSocket, queryToken: harness.token(for: session, expiresIn: -120))
+                harness, transport, queryToken: harness.token(for: session, expiresIn: -120))
             #expect(expired.hasPrefix("401 ") && expired.contains(#""code":"token_expired""#), "\(expired)")
-            let garbage = try await opening(harness, .webSocket, queryToken: "not.a.token")
+            let garbage = try await opening(harness, transport, queryToken: "not.a.token")
             #expect(garbage.hasPrefix("401 ") && garbage.contains(#""code":"unauthorized""#), "\(garbage)")
         }
     }
 
-    @Test(arguments: [StreamTestClient.Transport.webSocket, .serverSentEvents])
+    @Test(arguments: StreamTestClient.Transport.allCases)
     func theAuthorizationHeaderWinsOverTheQueryToken(transport: StreamTestClient.Transport) async throws {
         try await withAccountsGateway { harness in
             let token = try await harness.signUpAnonymous().accessToken

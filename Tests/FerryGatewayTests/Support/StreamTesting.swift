@@ -52,16 +52,6 @@ extension AccountsGateway {
 
     /// A counter or gauge from `/metrics` (summed over its series with `labels`, if given).
     func metric(_ name: String, labels: String? = nil) async throws -> Int {
-        let response = try await call("GET", "/metrics")
-        var total = 0
-        for line in response.raw.text.split(separator: "\n") where !line.hasPrefix("#") {
-            let parts = line.split(separator: " ")
-            guard parts.count == 2 else { continue }
-            let series = parts[0]
-            let matches =
-                labels.map { series == "\(name){\($0)}" } ?? (series == name || series.hasPrefix(name + "{"))
-            if matches, let value = Double(parts[1]) { total += Int(value) }
-        }
-        return total
+        metricTotal(name, labels: labels, in: try await call("GET", "/metrics").raw.text)
     }
 }

@@ -7,7 +7,7 @@ import Testing
 /// makes it). Such a row cues its owner's streams with `origin: null` and comes with the
 /// owner's next pull, changed or tombstoned alike; other users get neither.
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct ReadonlyTableTests {
-    @Test(arguments: [StreamTestClient.Transport.webSocket, .serverSentEvents])
+    @Test(arguments: StreamTestClient.Transport.allCases)
     func anOperatorsRowsAreCuedToTheirOwnerAndPulled(transport: StreamTestClient.Transport) async throws {
         try await withAccountsGateway(examples: ["tasks"]) { server in
             let ana = try await server.signUpAnonymous()
