@@ -497,14 +497,15 @@ $$;
 CREATE FUNCTION ferry.delete_user_rows(p_user uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
-    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     t record;
+    v_hard text := ferry.hard_delete_begin();
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
         execute pg_catalog.format('delete from %s where %I = $1', t.table_name, t.owner_column) using p_user;
     end loop;
+    perform ferry.hard_delete_end(v_hard);
 end
 $_$;
 
@@ -622,6 +623,37 @@ $_$;
 --
 
 COMMENT ON FUNCTION ferry.finish_restore() IS 'After a logical restore: restamps the synced rows, drops the old history''s WatermelonDB timestamps and purge horizon, and begins a new epoch (ferry restore-finish).';
+
+
+--
+-- Name: hard_delete_begin(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.hard_delete_begin() RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+declare
+    v_before text := coalesce(pg_catalog.current_setting('ferry.hard_delete', true), '');
+begin
+    perform pg_catalog.set_config('ferry.hard_delete', 'on', true);
+    return v_before;
+end
+$$;
+
+
+--
+-- Name: hard_delete_end(text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.hard_delete_end(p_before text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+begin
+    perform pg_catalog.set_config('ferry.hard_delete', coalesce(p_before, ''), true);
+end
+$$;
 
 
 --
@@ -1394,11 +1426,11 @@ $$;
 CREATE FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
-    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
     t record;
     key_match text;
+    v_hard text := ferry.hard_delete_begin();
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
         if exists (select from ferry.primary_key(t.table_name) k where k.name = t.owner_column) then
@@ -1417,6 +1449,7 @@ begin
             using p_from, p_to;
     end loop;
     update ferry.watermelon_cursors c set user_id = p_to where c.user_id = p_from;
+    perform ferry.hard_delete_end(v_hard);
 end
 $_$;
 
@@ -1661,9 +1694,9 @@ CREATE FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, 
 CREATE FUNCTION ferry.purge_tombstones(p_older_than interval, p_batch integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
-    SET "ferry.hard_delete" TO 'on'
     AS $_$
 declare
+    v_hard text;
     v_table regclass;
     v_left bigint := p_batch;
     v_deleted bigint;
@@ -1675,6 +1708,7 @@ begin
         raise exception 'purge_tombstones: older_than must be >= 0 and batch a positive integer'
             using errcode = '22023';
     end if;
+    v_hard := ferry.hard_delete_begin();
     for v_table in
         select s.table_name from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
@@ -1708,6 +1742,7 @@ begin
                 purge_xid = pg_catalog.pg_current_xact_id(),
                 purged_at = pg_catalog.now();
     end if;
+    perform ferry.hard_delete_end(v_hard);
     return v_total;
 end
 $_$;
@@ -4919,6 +4954,20 @@ GRANT ALL ON FUNCTION ferry.find_credentials(p_email text, OUT user_id uuid, OUT
 --
 
 REVOKE ALL ON FUNCTION ferry.finish_restore() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION hard_delete_begin(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.hard_delete_begin() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION hard_delete_end(p_before text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.hard_delete_end(p_before text) FROM PUBLIC;
 
 
 --

@@ -63,6 +63,46 @@ import Testing
         }
     }
 
+    /// The owner role docs/OPERATIONS.md names ("Who runs it": `BYPASSRLS` and
+    /// `CREATEROLE`, not a superuser) migrates Ferry and both example apps, and the
+    /// functions that delete for good do so when it owns them.
+    @Test func anOwnerThatIsNotASuperuserMigratesEverything() async throws {
+        try await withMigrations([:]) { database, admin, _ in
+            let owner = "ferry_owner_\(UInt32.random(in: 0...UInt32.max))"
+            try await admin.execute("create role \(owner) login createrole bypassrls nosuperuser")
+            try await admin.execute("alter database \(database.name) owner to \(owner)")
+            let client = try await PostgresClient.connect(PostgresConfiguration(try database.url(user: owner)))
+            do {
+                try await Migrator(
+                    sqlRoot: Self.sqlRoot,
+                    extraDirectories: [MigratedDatabase.example("puzzle"), MigratedDatabase.example("tasks")]
+                ).migrate(client)
+                #expect(try await tableExists(admin, "public.tasks"))
+                // The purge runs as the owner, and a tombstone it removes is gone for good.
+                let user = try await admin.query("insert into ferry.users default values returning id::text")[0, 0]
+                try await admin.execute(
+                    """
+                    insert into public.tasks (id, user_id, title, _deleted) values ('gone', '\(user ?? "")', 't', true)
+                    """)
+                let purged = try await client.query("select ferry.purge_tombstones(interval '0 s', 100)")[0, 0]
+                #expect(purged == "1")
+                #expect(try await admin.query("select count(*) from public.tasks")[0, 0] == "0")
+                #expect(
+                    try await client.query("select coalesce(current_setting('ferry.hard_delete', true), '')")[0, 0]
+                        == "", "put back once the purge is done")
+            } catch {
+                await client.close()
+                throw error
+            }
+            await client.close()
+            try await admin.execute(
+                """
+                alter database \(database.name) owner to current_user;
+                reassign owned by \(owner) to current_user; drop owned by \(owner); drop role \(owner)
+                """)
+        }
+    }
+
     // MARK: - Applying
 
     @Test func applyingTwiceIsANoOp() async throws {

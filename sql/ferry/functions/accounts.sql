@@ -56,14 +56,16 @@ $$;
 -- good (ferry.hard_delete, deletes.sql): the user goes with them, and so does every
 -- device that could pull a tombstone.
 create or replace function ferry.delete_user_rows(p_user uuid) returns void
-language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
+language plpgsql security definer set search_path = ''
 as $$
 declare
     t record;
+    v_hard text := ferry.hard_delete_begin();
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
         execute pg_catalog.format('delete from %s where %I = $1', t.table_name, t.owner_column) using p_user;
     end loop;
+    perform ferry.hard_delete_end(v_hard);
 end
 $$;
 
@@ -77,11 +79,12 @@ $$;
 -- snapshot sees. The replaced cloud rows go for good (ferry.hard_delete, deletes.sql):
 -- the moved row takes their key with a new _stamp.
 create or replace function ferry.move_user_rows(p_from uuid, p_to uuid) returns void
-language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
+language plpgsql security definer set search_path = ''
 as $$
 declare
     t record;
     key_match text;
+    v_hard text := ferry.hard_delete_begin();
 begin
     for t in select table_name, owner_column from ferry.synced_tables where owner_column is not null loop
         if exists (select from ferry.primary_key(t.table_name) k where k.name = t.owner_column) then
@@ -100,6 +103,7 @@ begin
             using p_from, p_to;
     end loop;
     update ferry.watermelon_cursors c set user_id = p_to where c.user_id = p_from;
+    perform ferry.hard_delete_end(v_hard);
 end
 $$;
 

@@ -7,7 +7,35 @@
 -- retention period to pull it). A session that means to remove rows for good says so
 -- with the setting ferry.hard_delete (set_config('ferry.hard_delete', 'on', true));
 -- Ferry's own functions that must (account deletion, keep_cloud, cleanup-anonymous, the
--- purge) declare it in their header, so it holds inside them and nowhere else.
+-- purge) turn it on with ferry.hard_delete_begin and back with ferry.hard_delete_end, so
+-- it holds inside them and nowhere else. (A SET clause in their header would do the same,
+-- but PostgreSQL 15 lets only a superuser create a function that sets a custom parameter,
+-- and the role that migrates need not be one.)
+
+-- Turns hard deletes on for the rest of the transaction and returns the value it
+-- replaced, for ferry.hard_delete_end.
+create or replace function ferry.hard_delete_begin() returns text
+language plpgsql volatile set search_path = ''
+as $$
+declare
+    v_before text := coalesce(pg_catalog.current_setting('ferry.hard_delete', true), '');
+begin
+    perform pg_catalog.set_config('ferry.hard_delete', 'on', true);
+    return v_before;
+end
+$$;
+
+-- Puts back what ferry.hard_delete_begin replaced. An error between the two needs no
+-- call: the setting is transaction-local, so it is undone with the (sub)transaction.
+create or replace function ferry.hard_delete_end(p_before text) returns void
+language plpgsql volatile set search_path = ''
+as $$
+begin
+    perform pg_catalog.set_config('ferry.hard_delete', coalesce(p_before, ''), true);
+end
+$$;
+
+revoke all on function ferry.hard_delete_begin(), ferry.hard_delete_end(text) from public;
 
 -- The trigger function; its arguments are the table's primary key columns (as
 -- install_triggers found them), matched against OLD. SECURITY DEFINER: whoever may

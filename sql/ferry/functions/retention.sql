@@ -15,9 +15,10 @@
 -- (ferry.trim_rejected_mutations, outcomes.sql); they are not counted in the answer.
 -- Its DELETEs are for good (ferry.hard_delete, deletes.sql), not tombstones of tombstones.
 create or replace function ferry.purge_tombstones(p_older_than interval, p_batch integer) returns bigint
-language plpgsql security definer set search_path = '' set ferry.hard_delete = 'on'
+language plpgsql security definer set search_path = ''
 as $$
 declare
+    v_hard text;
     v_table regclass;
     v_left bigint := p_batch;
     v_deleted bigint;
@@ -29,6 +30,7 @@ begin
         raise exception 'purge_tombstones: older_than must be >= 0 and batch a positive integer'
             using errcode = '22023';
     end if;
+    v_hard := ferry.hard_delete_begin();
     for v_table in
         select s.table_name from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
@@ -62,6 +64,7 @@ begin
                 purge_xid = pg_catalog.pg_current_xact_id(),
                 purged_at = pg_catalog.now();
     end if;
+    perform ferry.hard_delete_end(v_hard);
     return v_total;
 end
 $$;
