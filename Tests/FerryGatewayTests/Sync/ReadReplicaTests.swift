@@ -1,0 +1,150 @@
+import FerryPostgres
+import FerryTestSupport
+import Foundation
+import Testing
+
+@testable import FerryGateway
+
+/// Pulls on a read replica (`--read-database-url`): a real streaming standby of a primary
+/// the test starts (``ScratchCluster``, `pg_basebackup -R`), its replay paused and resumed.
+/// A pull after a cue sees the cued change whatever the replica's lag, a cursor works on
+/// either database, and with replay running the replica serves the pulls
+/// (`ferry_pulls_total{served_by}`).
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection) struct ReadReplicaTests {
+    let history = HistoryTests()
+
+    /// A gateway on `primary` reading from `standby`, once `standby` is a standby that
+    /// has replayed the migration.
+    func withReplicatedGateway(
+        _ body: (AccountsGateway, _ primary: ScratchCluster, _ standby: ScratchCluster, _ replica: PostgresClient)
+            async throws -> Void
+    ) async throws {
+        try await AccountsDatabase.with { database in
+            let binaries = (try await database.database.serverProgram("initdb") as NSString).deletingLastPathComponent
+            let primary = try ScratchCluster.create(binaries: binaries)
+            defer { primary.remove() }
+            try primary.start()
+            try await history.migrate(primary)
+            let standby = try ScratchCluster.baseBackup(of: primary, standby: true)
+            defer { standby.remove() }
+            try standby.start()
+            try await history.waitForReplay(primary, standby)
+            let replica = try await standby.connect(database: "ferry")
+            do {
+                try await history.withServingGateway(
+                    primary.url(database: "ferry", user: "ferry_gateway"), database: database,
+                    arguments: [
+                        "--read-database-url", standby.url(database: "ferry", user: "ferry_gateway"),
+                        "--replica-wait-ms", "200",
+                    ]
+                ) { gateway in
+                    try await body(gateway, primary, standby, replica)
+                }
+            } catch {
+                await replica.close()
+                throw error
+            }
+            await replica.close()
+        }
+    }
+
+    /// Pulls answered by each database so far.
+    func served(_ gateway: AccountsGateway) async throws -> (replica: Int, primary: Int) {
+        (
+            try await gateway.metric("ferry_pulls_total", labels: #"served_by="replica""#),
+            try await gateway.metric("ferry_pulls_total", labels: #"served_by="primary""#)
+        )
+    }
+
+    /// Pauses the standby's replay and waits until it has stopped.
+    func pauseReplay(_ replica: PostgresClient) async throws {
+        _ = try await replica.query("select pg_wal_replay_pause()")
+        let paused = try await eventuallyHolds(seconds: 30) {
+            (try? await replica.query("select pg_get_wal_replay_pause_state()"))?[0, 0] == "paused"
+        }
+        try #require(paused, "the standby's replay did not pause")
+    }
+
+    @Test func aPullAfterACueSeesTheChangeWhateverTheReplicasLagAndNoCursorGoesBack() async throws {
+        try await withReplicatedGateway { gateway, primary, standby, replica in
+            let alice = try await gateway.signUpAnonymous()
+            try await gateway.push(alice, history.upsert(1...2, from: 1))
+            let stream = try await gateway.openStream(alice, .webSocket)
+            defer { stream.close() }
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+
+            // Replay running: the replica serves, and sees what was pushed before the pull.
+            let before = try await served(gateway)
+            let first = try await gateway.pull(alice)
+            #expect(history.ids(first) == ["i-1", "i-2"])
+            let afterFirst = try await served(gateway)
+            #expect(afterFirst.replica == before.replica + 1, "the replica should serve: \(before) → \(afterFirst)")
+            let onReplica = try #require(first.cursor)
+
+            // Replay paused: the push's cue comes, the replica never gets the row in time,
+            // and the pull runs on the primary after its wait.
+            try await pauseReplay(replica)
+            try await gateway.push(alice, history.upsert(3...3, from: 3))
+            _ = try await stream.nextMessageAsync(ofType: "cue")
+            let started = ContinuousClock.now
+            let cued = try await gateway.pull(alice, cursor: onReplica)
+            let waited = ContinuousClock.now - started
+            #expect(history.ids(cued) == ["i-3"], "the cued change, with a cursor the replica made")
+            let afterCued = try await served(gateway)
+            #expect(
+                afterCued.primary == afterFirst.primary + 1, "the primary should serve: \(afterFirst) → \(afterCued)")
+            #expect(waited >= .milliseconds(200), "it waits for the replica first: \(waited)")
+            #expect(try await gateway.metric("ferry_replica_fallbacks_total", labels: #"reason="lag""#) >= 1)
+            let onPrimary = try #require(cued.cursor)
+
+            // Still paused: the primary's cursor is never answered from the lagging
+            // replica's older snapshot (no row again, no expiry).
+            let again = try await gateway.pull(alice, cursor: onPrimary)
+            #expect(again.status == 200 && again.rowCount == 0, "\(again.response)")
+
+            // Replay resumed: the replica serves the primary's cursor, and what follows.
+            _ = try await replica.query("select pg_wal_replay_resume()")
+            try await history.waitForReplay(primary, standby)
+            let resumed = try await served(gateway)
+            let caughtUp = try await gateway.pull(alice, cursor: onPrimary)
+            #expect(caughtUp.status == 200 && caughtUp.rowCount == 0, "\(caughtUp.response)")
+            let afterCaughtUp = try await served(gateway)
+            #expect(afterCaughtUp.replica == resumed.replica + 1, "\(resumed) → \(afterCaughtUp)")
+            try await gateway.push(alice, history.upsert(4...4, from: 4))
+            _ = try await stream.nextMessageAsync(ofType: "cue")
+            let next = try await gateway.pull(alice, cursor: try #require(caughtUp.cursor))
+            #expect(history.ids(next) == ["i-4"])
+            #expect(history.ids(try await gateway.pull(alice)) == ["i-1", "i-2", "i-3", "i-4"])
+        }
+    }
+
+    @Test func everyCuedChangeReachesAPullWhileReplayStopsAndStarts() async throws {
+        // Pushes and cue-driven pulls while the replica's replay pauses and resumes under
+        // them: each pull after a cue has every row pushed before it, and each cursor
+        // only ever adds rows.
+        try await withReplicatedGateway { gateway, _, _, replica in
+            let alice = try await gateway.signUpAnonymous()
+            let stream = try await gateway.openStream(alice, .webSocket)
+            defer { stream.close() }
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            var cursor: String?
+            var seen: Set<String> = []
+            for round in 1...12 {
+                if round % 4 == 1 { _ = try await replica.query("select pg_wal_replay_pause()") }
+                if round % 4 == 3 { _ = try await replica.query("select pg_wal_replay_resume()") }
+                try await gateway.push(alice, history.upsert(round...round, from: round))
+                _ = try await stream.nextMessageAsync(ofType: "cue")
+                let page = try await gateway.pull(alice, cursor: cursor)
+                try #require(page.status == 200, "round \(round): \(page.response)")
+                let ids = history.ids(page)
+                #expect(ids.allSatisfy { !seen.contains($0) }, "round \(round): \(ids) again")
+                seen.formUnion(ids)
+                #expect(seen.contains("i-\(round)"), "round \(round): the cued row is missing from \(ids)")
+                cursor = page.cursor
+            }
+            #expect(seen.count == 12)
+            let counts = try await served(gateway)
+            #expect(counts.replica > 0 && counts.primary > 0, "both should have served: \(counts)")
+        }
+    }
+}
