@@ -65,8 +65,43 @@ import Testing
         try #require(paused, "the standby's replay did not pause")
     }
 
+    /// The SQLSTATE `sql` fails with on `client`, nil when it succeeds.
+    func failure(of sql: String, on client: PostgresClient) async -> String? {
+        do {
+            _ = try await client.execute(sql)
+            return nil
+        } catch {
+            return error.sqlState ?? "no SQLSTATE: \(error)"
+        }
+    }
+
     @Test func aPullAfterACueSeesTheChangeWhateverTheReplicasLagAndNoCursorGoesBack() async throws {
         try await withReplicatedGateway { gateway, primary, standby, replica in
+            // The SQL on the standby: no history without the primary's, none before the
+            // standby has replayed past its position, and a cursor from before the
+            // primary's start is the primary's to judge.
+            let source = try await primary.connect(database: "ferry")
+            let here = try #require(try await source.query("select ferry.history_here()::text")[0, 0])
+            await source.close()
+            try await history.waitForReplay(primary, standby)
+            #expect(await failure(of: "select ferry.history_here()", on: replica) == "55000")
+            let ahead = here.replacingOccurrences(
+                of: #""lsn": "[0-9A-F/]+""#, with: #""lsn": "FFFFFFF/0""#, options: .regularExpression)
+            #expect(ahead != here)
+            #expect(await failure(of: "select ferry.replica_caught_up('\(ahead)')", on: replica) == "FRLAG")
+            let noteHistory = "select ferry.replica_caught_up('\(here)');"
+            #expect(
+                await failure(
+                    of: noteHistory + "select ferry.history_left('\(here)', ferry.history_here())", on: replica)
+                    == nil)
+            let earlier = here.replacingOccurrences(
+                of: #""started": "[0-9.]+""#, with: #""started": "1.5""#, options: .regularExpression)
+            #expect(earlier != here)
+            #expect(
+                await failure(
+                    of: noteHistory + "select ferry.history_left('\(earlier)', ferry.history_here())", on: replica)
+                    == "FRPRI")
+
             let alice = try await gateway.signUpAnonymous()
             try await gateway.push(alice, history.upsert(1...2, from: 1))
             let stream = try await gateway.openStream(alice, .webSocket)
@@ -145,6 +180,33 @@ import Testing
             #expect(seen.count == 12)
             let counts = try await served(gateway)
             #expect(counts.replica > 0 && counts.primary > 0, "both should have served: \(counts)")
+        }
+    }
+
+    @Test func aReadDatabaseThatIsNotAStandbyOrIsDownLeavesPullsToThePrimary() async throws {
+        try await withClosedPort { closed in
+            try await AccountsDatabase.with { database in
+                let readURLs = "\(database.gatewayURL),postgresql://ferry_gateway@127.0.0.1:\(closed)/ferry"
+                try await withStartedGateway(
+                    databaseURL: database.gatewayURL, arguments: ["--read-database-url", readURLs]
+                ) { server, port in
+                    let gateway = AccountsGateway(database: database, gateway: server, port: port)
+                    try await database.admin.execute(HistoryTests.tables)
+                    let alice = try await gateway.signUpAnonymous()
+                    try await gateway.push(alice, history.upsert(1...1, from: 1))
+                    // One pull per read URL, in turn: the primary itself, then nothing.
+                    for _ in 1...2 {
+                        #expect(history.ids(try await gateway.pull(alice)) == ["i-1"])
+                    }
+                    let schema = try await gateway.call("GET", "/v1/schema", token: alice.accessToken)
+                    #expect(schema.status == 200, "\(schema)")
+                    let counts = try await served(gateway)
+                    #expect(counts.replica == 0 && counts.primary == 2, "\(counts)")
+                    let fallbacks = "ferry_replica_fallbacks_total"
+                    #expect(try await gateway.metric(fallbacks, labels: #"reason="primary_only""#) >= 1)
+                    #expect(try await gateway.metric(fallbacks, labels: #"reason="error""#) >= 1)
+                }
+            }
         }
     }
 }
