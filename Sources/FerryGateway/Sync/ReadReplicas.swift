@@ -19,6 +19,12 @@ final class ReadReplicas {
     let waitMilliseconds: UInt64
     private let primary: PostgresPool
     private var turn = 0
+    /// When each replica (by index in ``pools``) last failed to connect, on the loop's
+    /// clock; nil while it answers.
+    private var failedAt: [UInt64?]
+    /// How long reads pass over a replica that failed to connect, instead of each paying
+    /// a failed attempt (and a log line).
+    static let restMilliseconds: UInt64 = 1000
     /// Those waiting for the reading in flight, which was sent after they asked.
     private var answering: [(Result<String, QueryFailure>) -> Void]?
     /// Those who asked after it was sent: the next reading is theirs.
@@ -32,6 +38,7 @@ final class ReadReplicas {
         guard !databases.isEmpty else { return nil }
         self.loop = loop
         pools = databases.map { PostgresPool(loop: loop, configuration: $0, maxConnections: poolSize) }
+        failedAt = Array(repeating: nil, count: databases.count)
         self.primary = primary
         self.waitMilliseconds = waitMilliseconds
     }
@@ -63,10 +70,23 @@ final class ReadReplicas {
         }
     }
 
-    /// The replica the next read tries.
-    func nextPool() -> PostgresPool {
-        defer { turn = (turn + 1) % pools.count }
-        return pools[turn]
+    /// The replica the next read tries (its index in ``pools``), in turn, passing over
+    /// those that failed to connect within ``restMilliseconds``; nil when every one did.
+    func nextReplica() -> Int? {
+        for _ in pools.indices {
+            let index = turn
+            turn = (turn + 1) % pools.count
+            if let failed = failedAt[index], loop.now < failed + Self.restMilliseconds { continue }
+            return index
+        }
+        return nil
+    }
+
+    /// Notes whether replica `index` could be reached; true when that changed, to be logged.
+    func noteReachable(_ index: Int, _ reachable: Bool) -> Bool {
+        let changed = (failedAt[index] == nil) != reachable
+        failedAt[index] = reachable ? nil : loop.now
+        return changed
     }
 
     /// Closes every replica's pool.
@@ -96,13 +116,27 @@ extension LoopContext {
         replicas.primaryHistory { [self] history in
             guard case .success(let history) = history else { return onPrimary(.error) }
             let statements = [ReplicaCaughtUp(primaryHistory: history).statement, identity.statement, query.statement]
-            let pool = replicas.nextPool()
+            guard let replica = replicas.nextReplica() else { return onPrimary(.error) }
+            let pool = replicas.pools[replica]
+            let logReachable = { [self] (reachable: Bool, error: PostgresError?) in
+                guard replicas.noteReachable(replica, reachable) else { return }
+                // Which of --read-database-url, counted from 1: the URL may hold a password.
+                let which = String(replica + 1)
+                if let error {
+                    logger.log(
+                        .warning, "read replica unreachable: the primary serves its reads for now",
+                        ["replica": which, "error": error.description])
+                } else {
+                    logger.log(.info, "read replica reachable", ["replica": which])
+                }
+            }
             let deadline = loop.now + replicas.waitMilliseconds
             var pause: UInt64 = 1
             func attempt() {
                 pool.pipeline(statements) { [self] outcome in
                     switch outcome {
                     case .success(let results):
+                        logReachable(true, nil)
                         requests.finish(identity)
                         completion(Query.decode(.success(results[2])), .replica)
                     case .failure(let error) where error.sqlState == SQLState.replicaBehind:
@@ -116,6 +150,9 @@ extension LoopContext {
                     case .failure(let error) where isAnswer(error):
                         requests.finish(identity)
                         completion(.failure(.database(error)), .replica)
+                    case .failure(let error) where error.kind == .connectionFailed:
+                        logReachable(false, error)
+                        onPrimary(.error)
                     case .failure(let error):
                         logger.log(.warning, "read replica failed: the primary serves", ["error": error.description])
                         onPrimary(.error)
