@@ -183,6 +183,42 @@ import Testing
         }
     }
 
+    @Test func aCursorFromBeforeThePrimaryRestartedIsJudgedByThePrimary() async throws {
+        // A standby cannot tell whether the primary's start lost what such a cursor saw
+        // (history.sql): the pull runs on the primary, which keeps it after a clean
+        // restart; the cursor it answers with is the replica's again.
+        try await withReplicatedGateway { gateway, primary, standby, _ in
+            let alice = try await gateway.signUpAnonymous()
+            try await gateway.push(alice, history.upsert(1...1, from: 1))
+            try await history.waitForReplay(primary, standby)
+            let beforeRestart = try #require(try await gateway.pull(alice).cursor)
+            try primary.stop()
+            try primary.start()
+            let pushed = try await eventuallyHolds(seconds: 60) {
+                let answer = try? await gateway.pushBatch(
+                    alice, [["id": 2, "table": "items", "op": "upsert", "row": ["id": "i-2"]]])
+                return answer?.response.status == 200
+            }
+            try #require(pushed, "no push after the primary restarted")
+            try await history.waitForReplay(primary, standby)
+
+            let before = try await served(gateway)
+            let fallbacks = "ferry_replica_fallbacks_total"
+            let judged = try await gateway.metric(fallbacks, labels: #"reason="primary_only""#)
+            let kept = try await gateway.pull(alice, cursor: beforeRestart)
+            #expect(history.ids(kept) == ["i-2"])
+            let after = try await served(gateway)
+            #expect(after.primary == before.primary + 1, "\(before) → \(after)")
+            #expect(try await gateway.metric(fallbacks, labels: #"reason="primary_only""#) == judged + 1)
+
+            try await history.waitForReplay(primary, standby)
+            let next = try await gateway.pull(alice, cursor: try #require(kept.cursor))
+            #expect(next.status == 200 && next.rowCount == 0, "\(next.response)")
+            let last = try await served(gateway)
+            #expect(last.replica == after.replica + 1, "\(after) → \(last)")
+        }
+    }
+
     @Test func aReadDatabaseThatIsNotAStandbyOrIsDownLeavesPullsToThePrimary() async throws {
         try await withClosedPort { closed in
             try await AccountsDatabase.with { database in
