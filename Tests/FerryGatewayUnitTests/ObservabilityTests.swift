@@ -130,4 +130,22 @@ import Testing
         #expect(text.contains("ferry_http_open_connections 2\n"))
         #expect(text.contains("ferry_listener_connected 1\n"))
     }
+
+    @Test func prometheusTextSaysWhereReadsRan() {
+        let metrics = LoopMetrics()
+        metrics.pullServed(by: .replica)
+        metrics.pullServed(by: .replica)
+        metrics.pullServed(by: .primary)
+        metrics.replicaFallback(.lag)
+        var merged = MetricsSnapshot()
+        merged.merge(metrics.copy())
+        merged.merge(metrics.copy())
+        let text = merged.prometheusText(listener: ListenerFigures(isConnected: true))
+        #expect(text.contains("ferry_pulls_total{served_by=\"replica\"} 4\n"))
+        #expect(text.contains("ferry_pulls_total{served_by=\"primary\"} 2\n"))
+        #expect(text.contains("ferry_replica_fallbacks_total{reason=\"lag\"} 2\n"))
+        // Every reason is a series from the start, so a rate over it never starts missing.
+        #expect(text.contains("ferry_replica_fallbacks_total{reason=\"primary_only\"} 0\n"))
+        #expect(text.contains("ferry_replica_fallbacks_total{reason=\"error\"} 0\n"))
+    }
 }

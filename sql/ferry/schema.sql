@@ -705,8 +705,18 @@ CREATE FUNCTION ferry.history_here() RETURNS jsonb
     AS $$
 declare
     v_epoch bigint;
+    v_primary text;
 begin
     select h.epoch into v_epoch from ferry.history h;
+    if pg_catalog.pg_is_in_recovery() then
+        v_primary := pg_catalog.current_setting('ferry.primary_history', true);
+        if coalesce(v_primary, '') = '' then
+            raise exception 'ferry: a pull on a standby runs after ferry.replica_caught_up, which names the primary''s history'
+                using errcode = '55000';
+        end if;
+        return v_primary::jsonb || pg_catalog.jsonb_build_object('epoch', v_epoch,
+            'lsn', pg_catalog.pg_last_wal_replay_lsn()::text);
+    end if;
     return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
         'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
         'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
@@ -750,8 +760,15 @@ begin
     end if;
     -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
     -- (null after a clean shutdown): past that end, it saw commits this history lost.
-    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
-        return true;
+    -- A standby knows neither (header): the primary judges.
+    if v_started is distinct from (p_here ->> 'started') then
+        if pg_catalog.pg_is_in_recovery() then
+            raise exception 'pull: the cursor was made before the primary last started: the primary judges it'
+                using errcode = 'FRPRI';
+        end if;
+        if v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
+            return true;
+        end if;
     end if;
     if v_timeline = (p_here ->> 'timeline')::integer then
         return false;
@@ -2654,6 +2671,42 @@ begin
     return ferry.open_session(p_user, p_device, p_refresh_hash);
 end
 $$;
+
+
+--
+-- Name: replica_caught_up(jsonb); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.replica_caught_up(p_primary jsonb) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if not pg_catalog.pg_is_in_recovery() then
+        raise exception 'ferry: the read database is not a standby' using errcode = 'FRPRI';
+    end if;
+    if pg_catalog.jsonb_typeof(p_primary -> 'lsn') is distinct from 'string'
+        or pg_catalog.jsonb_typeof(p_primary -> 'timeline') is distinct from 'number'
+        or not p_primary ? 'started'
+    then
+        raise exception 'ferry: not a primary''s history: %', p_primary using errcode = '22023';
+    end if;
+    if pg_catalog.pg_last_wal_replay_lsn() is null
+        or pg_catalog.pg_last_wal_replay_lsn() < (p_primary ->> 'lsn')::pg_lsn
+    then
+        raise exception 'ferry: the standby has replayed to %, the pull needs %',
+            pg_catalog.pg_last_wal_replay_lsn(), p_primary ->> 'lsn' using errcode = 'FRLAG';
+    end if;
+    perform pg_catalog.set_config('ferry.primary_history', p_primary::text, true);
+    return true;
+end
+$$;
+
+
+--
+-- Name: FUNCTION replica_caught_up(p_primary jsonb); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.replica_caught_up(p_primary jsonb) IS 'Before a pull on a hot standby: true once replayed past the primary''s position in p_primary (ferry.history_here() there), else FRLAG; FRPRI when not a standby.';
 
 
 --
@@ -5256,6 +5309,14 @@ GRANT ALL ON FUNCTION ferry.remember_rejections(p_ids bigint[], p_codes text[], 
 --
 
 REVOKE ALL ON FUNCTION ferry.replace_password(p_user uuid, p_password_hash text, p_device text, p_refresh_hash text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION replica_caught_up(p_primary jsonb); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.replica_caught_up(p_primary jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.replica_caught_up(p_primary jsonb) TO ferry_gateway;
 
 
 --

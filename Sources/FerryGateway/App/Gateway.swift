@@ -43,6 +43,13 @@ public final class Gateway: Sendable {
         // Every time the API returns is UTC, whatever TimeZone the server, database or role sets.
         requestDatabase.timeZone = "UTC"
         let database = requestDatabase
+        let readDatabases = try configuration.readDatabaseURLs.map { url in
+            var replica = try PostgresConfiguration(
+                url, applicationName: "ferry-read",
+                statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
+            replica.timeZone = requestDatabase.timeZone
+            return replica
+        }
         let listenDatabase = try PostgresConfiguration(
             configuration.listenDatabaseURL, applicationName: "ferry-listener")
         let group = LoopGroup(count: configuration.threads)
@@ -61,9 +68,12 @@ public final class Gateway: Sendable {
         let made = Mutex<[Int: LoopBound<LoopContext>]>([:])
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
+            let replicas = ReadReplicas(
+                loop: loop, databases: readDatabases, primary: pool, poolSize: configuration.poolSize,
+                waitMilliseconds: UInt64(configuration.replicaWaitMilliseconds))
             let context = LoopContext(
                 loop: loop, pool: pool, logger: logger, streams: streamPolicy, accounts: accounts, quota: quota,
-                requests: requests)
+                requests: requests, replicas: replicas)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(context, loop: loop) }
         }

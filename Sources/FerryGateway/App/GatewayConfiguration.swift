@@ -9,6 +9,12 @@ public struct GatewayConfiguration: Sendable {
     /// PostgreSQL URL for the LISTEN connection: must reach the primary directly
     /// (LISTEN does not work through transaction-pooling pgbouncer).
     public var listenDatabaseURL: String
+    /// PostgreSQL URLs of hot standbys of the primary for pulls and `/v1/schema`
+    /// (`--read-database-url`); empty: everything runs on the primary.
+    public var readDatabaseURLs: [String]
+    /// Milliseconds a pull waits for a read replica to replay past the primary's position
+    /// at the pull's arrival before it runs on the primary instead.
+    public var replicaWaitMilliseconds: Int
     /// Host to bind (numeric IPv4 or IPv6).
     public var host: String
     /// Port to bind; 0 picks a free one.
@@ -131,6 +137,13 @@ public struct GatewayConfiguration: Sendable {
             "listen-database-url", env: "FERRY_LISTEN_DATABASE_URL",
             help: "PostgreSQL URL for LISTEN (direct to the primary; defaults to --database-url)", isOptional: true,
             isSecret: true),
+        Setting(
+            "read-database-url", env: "FERRY_READ_DATABASE_URL",
+            help: "PostgreSQL URLs of hot standbys for pulls and /v1/schema, comma-separated (default: none)",
+            isOptional: true, isSecret: true),
+        Setting(
+            "replica-wait-ms", env: "FERRY_REPLICA_WAIT_MS", default: "200",
+            help: "milliseconds a pull waits for a read replica to replay what it must see, then runs on the primary"),
         Setting("listen", env: "FERRY_LISTEN", default: "0.0.0.0:8080", help: "address to serve HTTP on, host:port"),
         Setting(
             "share-port", env: "FERRY_SHARE_PORT",
@@ -289,6 +302,15 @@ public struct GatewayConfiguration: Sendable {
         listenDatabaseURL =
             values.string("listen-database-url") == nil
             ? databaseURL : try Self.postgresURL(values, "listen-database-url")
+        readDatabaseURLs = try (values.string("read-database-url") ?? "").split(separator: ",").map {
+            url throws(SettingsError) in
+            let url = url.trimmingCharacters(in: .whitespaces)
+            guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
+                throw SettingsError("invalid \(values.name("read-database-url")): expected postgresql:// URLs")
+            }
+            return url
+        }
+        replicaWaitMilliseconds = try values.integer("replica-wait-ms", in: 0...60_000)!
         (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
         sharesPort = values.isOn("share-port")
         threads = try values.integer("threads", in: 1...256)!

@@ -9,6 +9,8 @@ import Foundation
 final class LoopContext: HTTPObserver {
     let loop: EventLoop
     let pool: PostgresPool
+    /// The read replicas pulls and `/v1/schema` go to, when `--read-database-url` names any.
+    let replicas: ReadReplicas?
     /// The process's count of requests in flight per device and user (shared by every loop).
     let requests: RequestsInFlight
     /// The process's log.
@@ -19,11 +21,12 @@ final class LoopContext: HTTPObserver {
 
     init(
         loop: EventLoop, pool: PostgresPool, logger: Logger, streams: StreamPolicy, accounts: Accounts,
-        quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight
+        quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight, replicas: ReadReplicas? = nil
     ) {
         loop.preconditionInEventLoop()
         self.loop = loop
         self.pool = pool
+        self.replicas = replicas
         self.requests = requests
         self.logger = logger
         self.log = LogBuffer(logger: logger, loop: loop)
@@ -43,6 +46,7 @@ final class LoopContext: HTTPObserver {
     /// Releases the loop's resources once its connections are gone.
     func close() {
         pool.close()
+        replicas?.close()
         log.close()
     }
 

@@ -67,6 +67,16 @@ public final class LoopMetrics {
         snapshot.tooSlowCloses += 1
     }
 
+    /// Counts a pull answered by `server`.
+    public func pullServed(by server: ReadServer) {
+        snapshot.pullsServed[server, default: 0] += 1
+    }
+
+    /// Counts a read a replica could have served that ran on the primary, and why.
+    public func replicaFallback(_ reason: ReplicaFallback) {
+        snapshot.replicaFallbacks[reason, default: 0] += 1
+    }
+
     /// A copy of the counters, to hand to another thread.
     public func copy() -> MetricsSnapshot { snapshot }
 }
@@ -136,6 +146,10 @@ public struct MetricsSnapshot: Sendable {
     public var tooSlowCloses = 0
     /// Notification received → cue bytes written.
     public var cueLatency = Histogram(bounds: LoopMetrics.cueLatencyBuckets)
+    /// Pulls answered, by the database that served them.
+    public var pullsServed: [ReadServer: Int] = [:]
+    /// Reads (pulls, `/v1/schema`) sent to the primary although replicas are configured, by why.
+    public var replicaFallbacks: [ReplicaFallback: Int] = [:]
 
     /// An empty snapshot.
     public init() {}
@@ -158,6 +172,8 @@ public struct MetricsSnapshot: Sendable {
         cuesCoalesced += other.cuesCoalesced
         tooSlowCloses += other.tooSlowCloses
         cueLatency.merge(other.cueLatency)
+        pullsServed.merge(other.pullsServed, uniquingKeysWith: +)
+        replicaFallbacks.merge(other.replicaFallbacks, uniquingKeysWith: +)
     }
 
     /// The Prometheus text exposition (version 0.0.4) of these counters.
@@ -197,6 +213,16 @@ public struct MetricsSnapshot: Sendable {
         out += "# HELP ferry_cue_latency_seconds Notification received to cue written.\n"
         out += "# TYPE ferry_cue_latency_seconds histogram\n"
         out += histogramLines("ferry_cue_latency_seconds", labels: "", cueLatency)
+        out += "# HELP ferry_pulls_total Pulls answered, by the database that served them.\n"
+        out += "# TYPE ferry_pulls_total counter\n"
+        for server in ReadServer.allCases {
+            out += "ferry_pulls_total{served_by=\"\(server.rawValue)\"} \(pullsServed[server] ?? 0)\n"
+        }
+        out += "# HELP ferry_replica_fallbacks_total Reads run on the primary instead of a read replica, by why.\n"
+        out += "# TYPE ferry_replica_fallbacks_total counter\n"
+        for reason in ReplicaFallback.allCases {
+            out += "ferry_replica_fallbacks_total{reason=\"\(reason.rawValue)\"} \(replicaFallbacks[reason] ?? 0)\n"
+        }
         return out
     }
 
@@ -238,4 +264,20 @@ public struct ListenerFigures: Sendable {
         self.reconnects = reconnects
         self.cuesReceived = cuesReceived
     }
+}
+
+/// The database a read ran on.
+public enum ReadServer: String, CaseIterable, Sendable {
+    case primary, replica
+}
+
+/// Why a read that could have run on a read replica ran on the primary.
+public enum ReplicaFallback: String, CaseIterable, Sendable {
+    /// The replica had not replayed what the read must see within `--replica-wait-ms`.
+    case lag
+    /// Only the primary could judge it: a cursor made before the primary last started, or
+    /// a read database that is not a standby.
+    case primaryOnly = "primary_only"
+    /// The replica (or the primary's position) failed: refused, broken, a recovery conflict.
+    case error
 }

@@ -74,3 +74,45 @@ struct BuiltJSON: QueryRowDecodable {
         bytes = try row.bytes("answer")
     }
 }
+
+/// `ferry.history_here()` on the primary: where a cursor made there now would be made,
+/// read when a pull for a read replica arrives (sql/ferry/functions/replicas.sql).
+struct PrimaryHistory: SingleRowQuery {
+    static let preparedName: String? = "ferry_primary_history"
+    static let sql = "select ferry.history_here()::text as history"
+    static let columns = ["history"]
+
+    var parameters: [String?] { [] }
+
+    struct Answer: QueryRowDecodable {
+        /// The primary's history, JSON text, handed to ``ReplicaCaughtUp``.
+        var json: String
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            json = try row.decode("history")
+        }
+    }
+}
+
+/// `ferry.replica_caught_up`: the first statement of a read on a hot standby, which fails
+/// (`FRLAG`, `FRPRI`) unless the standby has replayed past the primary's position.
+struct ReplicaCaughtUp: SingleRowQuery {
+    static let preparedName: String? = "ferry_replica_caught_up"
+    static let sql = "select ferry.replica_caught_up($1::jsonb) as caught_up"
+    static let columns = ["caught_up"]
+
+    /// ``PrimaryHistory``'s answer.
+    var primaryHistory: String
+    var parameters: [String?] { [primaryHistory] }
+
+    struct Answer: QueryRowDecodable {
+        init(_ row: QueryRow) throws(QueryShapeError) {}
+    }
+}
+
+extension SQLState {
+    /// `FRLAG`, Ferry's own: the read replica has not replayed far enough yet (ask again).
+    static let replicaBehind = "FRLAG"
+    /// `FRPRI`, Ferry's own: only the primary can serve this read.
+    static let primaryOnly = "FRPRI"
+}

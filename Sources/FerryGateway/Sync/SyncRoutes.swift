@@ -28,7 +28,7 @@ struct SyncRoutes {
                 pull(request, caller, responder, context)
             }
             routes.get("/v1/schema") { _, caller, responder in
-                context.run(TableSchema(), as: caller, answering: responder) { result in
+                context.runRead(TableSchema(), as: caller, answering: responder) { result, _ in
                     switch result {
                     case .success(let schema): responder.respond(.json(bytes: schema.bytes))
                     case .failure(let failure): responder.respond(context.failure(failure).response)
@@ -66,7 +66,12 @@ struct SyncRoutes {
     private func pull(_ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
         guard let pull = responder.success(of: pullQuery(request, caller)) else { return }
         let cursors = self.cursors
-        context.run(pull, as: caller, answering: responder) { result in
+        let isAnswer = { (error: PostgresError) in
+            pull.cursor != nil
+                && (error.sqlState == SQLState.cursorExpired || Self.unreadableCursor.contains(error.sqlState ?? ""))
+        }
+        context.runRead(pull, as: caller, answering: responder, isAnswer: isAnswer) { result, server in
+            context.metrics.pullServed(by: server)
             switch result {
             case .success(let answer):
                 var body = answer.body

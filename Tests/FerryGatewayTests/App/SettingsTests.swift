@@ -36,6 +36,23 @@ import Testing
         #expect(configuration.poolSize == 5)
     }
 
+    @Test func readReplicasAreACommaSeparatedListOfPostgresURLs() throws {
+        #expect(try configuration([]).readDatabaseURLs.isEmpty)
+        #expect(try configuration([]).replicaWaitMilliseconds == 200)
+        var environment = Self.environment
+        environment["FERRY_READ_DATABASE_URL"] = "postgresql://ferry_gateway@r1/app, postgres://ferry_gateway@r2/app"
+        environment["FERRY_REPLICA_WAIT_MS"] = "0"
+        let replicated = try configuration([], environment: environment)
+        #expect(
+            replicated.readDatabaseURLs == ["postgresql://ferry_gateway@r1/app", "postgres://ferry_gateway@r2/app"])
+        #expect(replicated.replicaWaitMilliseconds == 0)
+        let error = #expect(throws: SettingsError.self) {
+            try configuration(["--read-database-url", "postgresql://ferry_gateway@r1/app,r2:5432"])
+        }
+        #expect(error?.description.contains("--read-database-url / FERRY_READ_DATABASE_URL") == true)
+        #expect(throws: SettingsError.self) { try configuration(["--replica-wait-ms", "60001"]) }
+    }
+
     @Test func missingSettingNamesTheFlagAndTheVariable() {
         let error = #expect(throws: SettingsError.self) {
             try configuration([], environment: ["FERRY_JWT_SECRET": String(repeating: "s", count: 32)])

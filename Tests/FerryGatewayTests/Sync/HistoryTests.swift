@@ -34,11 +34,12 @@ import Testing
     }
 
     /// A gateway on `url` that has made `ferry serve`'s start-up check (which notes the
-    /// history) before `body` runs, once the server there accepts writes; the check's
+    /// history) before `body` runs (with `arguments` added), once the server there accepts writes; the check's
     /// answer is required to be `ready`. `database` is only there for the account steps'
     /// type: the gateway serves `url`.
     func withServingGateway<T>(
-        _ url: String, database: AccountsDatabase, _ body: (AccountsGateway) async throws -> T
+        _ url: String, database: AccountsDatabase, arguments: [String] = [],
+        _ body: (AccountsGateway) async throws -> T
     ) async throws -> T {
         let admin = try await PostgresClient.connect(
             try PostgresConfiguration(try TestDatabase.url(url, user: "postgres")))
@@ -47,7 +48,7 @@ import Testing
         }
         await admin.close()
         try #require(writable, "the server at \(url) stayed in recovery")
-        return try await withStartedGateway(databaseURL: url) { gateway, port in
+        return try await withStartedGateway(databaseURL: url, arguments: arguments) { gateway, port in
             let check = try await offload { gateway.waitForDatabase(seconds: 0, interruption: StartupInterruption()) }
             try #require(check == .ready, "start-up check: \(check.advice)")
             return try await body(AccountsGateway(database: database, gateway: gateway, port: port))

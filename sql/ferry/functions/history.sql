@@ -15,6 +15,16 @@
 --                       parent: cursors made past that point are expired, the others
 --                       are kept (a failover that lost nothing expires nothing)
 --
+-- On a hot standby (a read replica, docs/OPERATIONS.md "Read replicas") a pull's cursor is
+-- made in the primary's history: the gateway reads the primary's history_here() when the
+-- pull arrives and hands it over with ferry.replica_caught_up (replicas.sql), which runs
+-- the pull there only once the standby has replayed past its "lsn". A standby's cursor
+-- then carries the primary's timeline and start and the standby's replay position read
+-- after the snapshot (every commit it sees ends at or before it, and that WAL was flushed
+-- on the primary, so no crash there loses it); history_left judges it as the primary
+-- would. What only the primary knows, where its own start's recovery ended, it leaves
+-- to the primary: a cursor made before the primary's start raises FRPRI on a standby.
+--
 -- WatermelonDB timestamps need no history of their own: the row naming a snapshot was
 -- committed after every commit that snapshot sees, so if a recovery kept the row it
 -- kept all they saw; ferry.finish_restore deletes them all.
@@ -30,13 +40,25 @@ $$;
 -- the cursor.
 -- The position is read after the statement's snapshot was taken. PL/pgSQL, not SQL: a
 -- SQL function that reads a table is planned again on every call, and every pull calls it.
+-- On a standby (header): the primary's timeline and start as ferry.replica_caught_up
+-- noted them in this transaction, and the replay position.
 create or replace function ferry.history_here() returns jsonb
 language plpgsql stable
 as $$
 declare
     v_epoch bigint;
+    v_primary text;
 begin
     select h.epoch into v_epoch from ferry.history h;
+    if pg_catalog.pg_is_in_recovery() then
+        v_primary := pg_catalog.current_setting('ferry.primary_history', true);
+        if coalesce(v_primary, '') = '' then
+            raise exception 'ferry: a pull on a standby runs after ferry.replica_caught_up, which names the primary''s history'
+                using errcode = '55000';
+        end if;
+        return v_primary::jsonb || pg_catalog.jsonb_build_object('epoch', v_epoch,
+            'lsn', pg_catalog.pg_last_wal_replay_lsn()::text);
+    end if;
     return pg_catalog.jsonb_build_object('epoch', v_epoch, 'timeline', ferry.current_timeline(),
         'lsn', pg_catalog.pg_current_wal_insert_lsn()::text,
         'started', pg_catalog.extract('epoch', pg_catalog.pg_postmaster_start_time())::text);
@@ -79,8 +101,15 @@ begin
     end if;
     -- Made before this server started, which replayed WAL to pg_last_wal_replay_lsn()
     -- (null after a clean shutdown): past that end, it saw commits this history lost.
-    if v_started is distinct from (p_here ->> 'started') and v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
-        return true;
+    -- A standby knows neither (header): the primary judges.
+    if v_started is distinct from (p_here ->> 'started') then
+        if pg_catalog.pg_is_in_recovery() then
+            raise exception 'pull: the cursor was made before the primary last started: the primary judges it'
+                using errcode = 'FRPRI';
+        end if;
+        if v_lsn > pg_catalog.pg_last_wal_replay_lsn() then
+            return true;
+        end if;
     end if;
     if v_timeline = (p_here ->> 'timeline')::integer then
         return false;
