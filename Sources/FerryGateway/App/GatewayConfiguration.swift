@@ -1,4 +1,5 @@
 import FerryCommandLine
+import FerryHTTP
 import Foundation
 
 /// Everything `ferry serve` needs, validated. Built from flags and `FERRY_*`
@@ -18,6 +19,9 @@ public struct GatewayConfiguration: Sendable {
     /// Whether other processes may serve the same address (`SO_REUSEPORT` across
     /// processes); when false, an address another process serves is refused at start.
     public var sharesPort: Bool
+    /// The proxies in front (haproxy): their connections must start with a PROXY
+    /// protocol header, which names the client every limit and log line sees.
+    public var trustedProxies: TrustedProxies
     /// The HS256 secret that signs access tokens.
     public var jwtSecret: String
     /// An older secret still accepted during key rotation.
@@ -132,6 +136,11 @@ public struct GatewayConfiguration: Sendable {
             "share-port", env: "FERRY_SHARE_PORT",
             help: "let other processes serve the same address (the kernel splits connections); default: refuse",
             isSwitch: true),
+        Setting(
+            "trusted-proxies", env: "FERRY_TRUSTED_PROXIES",
+            help:
+                "comma-separated CIDR blocks of the proxies in front (e.g. 10.0.0.0/8,::1): their connections must start with a PROXY protocol header naming the client (default: none)",
+            isOptional: true),
         Setting(
             "threads", env: "FERRY_THREADS", default: String(ProcessInfo.processInfo.activeProcessorCount),
             help: "event loops (one per core is best)"),
@@ -284,6 +293,11 @@ public struct GatewayConfiguration: Sendable {
             ? databaseURL : try Self.postgresURL(values, "listen-database-url")
         (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
         sharesPort = values.isOn("share-port")
+        do {
+            trustedProxies = try TrustedProxies(parsing: values.string("trusted-proxies") ?? "")
+        } catch {
+            throw SettingsError("invalid \(values.name("trusted-proxies")): \(error)")
+        }
         threads = try values.integer("threads", in: 1...256)!
         jwtSecret = values.string("jwt-secret")!
         guard jwtSecret.utf8.count >= 32 else {

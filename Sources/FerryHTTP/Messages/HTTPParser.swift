@@ -42,7 +42,8 @@ final class HTTPParser {
 
     private let parser: UnsafeMutablePointer<http_parser>
     private let limits: HTTPLimits
-    private let admission: HeadAdmission
+    /// What heads must pass; its ``HeadAdmission/client`` is set once a PROXY header named it.
+    var admission: HeadAdmission
     /// The most body bytes reserved from `Content-Length` before they arrive: the
     /// declared length is the client's word, so a bigger body grows as it comes.
     static let maximumBodyReservation = 64 << 10
@@ -247,7 +248,7 @@ final class HTTPParser {
         if hasBody || expectsContinue, let check = admission.headCheck?(method, target.path) {
             let head = HTTPRequest(
                 method: method, path: target.path, query: target.query, headers: headers,
-                remoteAddress: admission.remoteAddress, keepAlive: keepAlive, isUpgrade: isUpgrade)
+                remoteAddress: admission.client, keepAlive: keepAlive, isUpgrade: isUpgrade)
             if let response = check(head) {
                 refusal = .headCheck(response)
                 return -1

@@ -12,8 +12,11 @@ struct HeadAdmission {
     var headCheck: ((HTTPMethod, String) -> HeadCheck?)?
     /// The bound on body bytes held over every connection, nil for none.
     var budget: BodyBudget?
-    /// The peer, for the head check's request (``HTTPRequest/remoteAddress``).
-    var remoteAddress: String?
+    /// Whom the connection speaks for: its TCP peer, or the client a trusted proxy's
+    /// PROXY header named; every request's ``HTTPRequest/remoteAddress``.
+    var client: ClientAddress?
+    /// The proxies whose PROXY header is required and believed.
+    var trustedProxies = TrustedProxies.none
 
     /// Admits every head and charges nothing (the state machine's tests).
     static var none: HeadAdmission { HeadAdmission() }
