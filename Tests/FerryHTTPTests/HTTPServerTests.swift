@@ -431,6 +431,26 @@ private final class TestServer {
         #expect(try server.client().request("GET", "/peer").text.hasPrefix("127.0.0.1:"))
     }
 
+    @Test func xForwardedForIsReadFromATrustedProxyOnly() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.trustedProxies = try TrustedProxies(parsing: "127.0.0.2")
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let forwarded = [("X-Forwarded-For", "198.51.100.66, 192.0.2.1")]
+        // A LOCAL header: the proxy speaks for itself, and for whom it forwards.
+        let proxy = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        try proxy.send(ProxyHeaders.v2(command: 0x20, family: 0, payload: []))
+        #expect(try proxy.request("GET", "/peer", headers: forwarded).text == "192.0.2.1")
+        #expect(try proxy.request("GET", "/peer").text.hasPrefix("127.0.0.2:"))
+        // A client the header named is not a proxy: its own X-Forwarded-For is not read.
+        let relayed = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        try relayed.send(
+            ProxyHeaders.v1(source: "203.0.113.9", sourcePort: 7, destination: "127.0.0.1", destinationPort: 80))
+        #expect(try relayed.request("GET", "/peer", headers: forwarded).text == "203.0.113.9:7")
+        let stranger = try server.client()
+        #expect(try stranger.request("GET", "/peer", headers: forwarded).text.hasPrefix("127.0.0.1:"))
+    }
+
     @Test func anUntrustedPeersPROXYHeaderIsBadHTTP() throws {
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
         configuration.trustedProxies = try TrustedProxies(parsing: "127.0.0.2")

@@ -75,3 +75,59 @@ import Testing
         #expect(throws: AddressRange.ParseError.self) { try TrustedProxies(parsing: "10.0.0.0/8,") }
     }
 }
+
+/// `X-Forwarded-For`, read from trusted proxies only.
+@Suite(.tagSelection) struct ForwardedForTests {
+    let proxies = try! TrustedProxies(parsing: "10.0.0.0/8, 2001:db8:ffff::/48")
+    let proxy = ClientAddress(IPAddress("10.0.0.5")!, port: 40000)
+
+    func client(from connection: ClientAddress, _ fields: String...) -> String? {
+        var headers = HTTPHeaders()
+        for field in fields { headers.add(name: "X-Forwarded-For", value: field) }
+        return proxies.client(of: connection, headers: headers)?.description
+    }
+
+    @Test func anUntrustedPeersHeaderIsIgnored() {
+        let peer = ClientAddress(IPAddress("203.0.113.9")!, port: 1234)
+        #expect(client(from: peer, "192.0.2.1") == "203.0.113.9:1234")
+        #expect(client(from: peer, "10.0.0.1, 192.0.2.1") == "203.0.113.9:1234")
+    }
+
+    @Test func aTrustedProxysRightMostUntrustedEntryIsTheClient() {
+        #expect(client(from: proxy, "192.0.2.1") == "192.0.2.1")
+        // What the client wrote itself, left of what the proxy appended, is not believed.
+        #expect(client(from: proxy, "198.51.100.66, 192.0.2.1") == "192.0.2.1")
+        // Proxies in a chain are passed over.
+        #expect(client(from: proxy, "198.51.100.66, 192.0.2.1, 10.1.1.1, 2001:db8:ffff::3") == "192.0.2.1")
+        // Several fields are one list, in order.
+        #expect(client(from: proxy, "198.51.100.66", "192.0.2.1, 10.1.1.1") == "192.0.2.1")
+        #expect(client(from: proxy, "198.51.100.66, 192.0.2.1", "10.1.1.1") == "192.0.2.1")
+    }
+
+    @Test func entriesMayCarryPortsAndBrackets() {
+        #expect(client(from: proxy, "192.0.2.1:8080") == "192.0.2.1:8080")
+        #expect(client(from: proxy, "[2001:db8::1]:8080") == "[2001:db8::1]:8080")
+        #expect(client(from: proxy, "[2001:db8::1]") == "2001:db8::1")
+        #expect(client(from: proxy, " 2001:db8::1 ") == "2001:db8::1")
+    }
+
+    @Test func anEntryThatIsNoAddressStopsAtTheLastTrustedOne() {
+        #expect(client(from: proxy, "unknown") == "10.0.0.5:40000")
+        #expect(client(from: proxy, "192.0.2.1, _hidden, 10.1.1.1") == "10.1.1.1")
+        #expect(client(from: proxy, "") == "10.0.0.5:40000")
+        #expect(client(from: proxy, "192.0.2.1,") == "10.0.0.5:40000")
+        #expect(client(from: proxy, "192.0.2.1:080") == "10.0.0.5:40000")
+        #expect(client(from: proxy, "[192.0.2.1]:80") == "10.0.0.5:40000")
+    }
+
+    @Test func onlyTrustedProxiesNamedIsTheLeftMost() {
+        #expect(client(from: proxy, "10.2.2.2, 10.1.1.1") == "10.2.2.2")
+        #expect(client(from: proxy) == "10.0.0.5:40000")
+    }
+
+    @Test func withNoProxyTrustedNothingIsRead() {
+        var headers = HTTPHeaders()
+        headers.add(name: "X-Forwarded-For", value: "192.0.2.1")
+        #expect(TrustedProxies.none.client(of: proxy, headers: headers) == proxy)
+    }
+}

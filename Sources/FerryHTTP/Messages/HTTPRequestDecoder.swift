@@ -146,7 +146,7 @@ struct HTTPRequestDecoder {
         let target = HTTPParser.split(target: url)!
         let request = HTTPRequest(
             method: parser.method, path: target.path, query: target.query, headers: headers, body: body,
-            remoteAddress: parser.admission.client, keepAlive: parser.keepAlive && !isUpgrade,
+            remoteAddress: parser.client, keepAlive: parser.keepAlive && !isUpgrade,
             isUpgrade: isUpgrade)
         return (request, charged)
     }

@@ -13,9 +13,11 @@ struct HeadAdmission {
     /// The bound on body bytes held over every connection, nil for none.
     var budget: BodyBudget?
     /// Whom the connection speaks for: its TCP peer, or the client a trusted proxy's
-    /// PROXY header named; every request's ``HTTPRequest/remoteAddress``.
+    /// PROXY header named; every request's ``HTTPRequest/remoteAddress`` unless it is a
+    /// trusted proxy's and the request's `X-Forwarded-For` names another.
     var client: ClientAddress?
-    /// The proxies whose PROXY header is required and believed.
+    /// The proxies whose PROXY header is required and believed, and whose
+    /// `X-Forwarded-For` is read.
     var trustedProxies = TrustedProxies.none
 
     /// Admits every head and charges nothing (the state machine's tests).
