@@ -52,16 +52,21 @@ extension AccountsGateway {
 
     /// A counter or gauge from `/metrics` (summed over its series with `labels`, if given).
     func metric(_ name: String, labels: String? = nil) async throws -> Int {
-        let response = try await call("GET", "/metrics")
-        var total = 0
-        for line in response.raw.text.split(separator: "\n") where !line.hasPrefix("#") {
-            let parts = line.split(separator: " ")
-            guard parts.count == 2 else { continue }
-            let series = parts[0]
-            let matches =
-                labels.map { series == "\(name){\($0)}" } ?? (series == name || series.hasPrefix(name + "{"))
-            if matches, let value = Double(parts[1]) { total += Int(value) }
-        }
-        return total
+        try await FerryGatewayTests.metric(name, labels: labels, port: port)
     }
+}
+
+/// A counter or gauge from the `/metrics` of the gateway on `port` (summed over its series
+/// with `labels`, if given).
+func metric(_ name: String, labels: String? = nil, port: Int) async throws -> Int {
+    let response = try await call("GET", "/metrics", port: port)
+    var total = 0
+    for line in response.raw.text.split(separator: "\n") where !line.hasPrefix("#") {
+        let parts = line.split(separator: " ")
+        guard parts.count == 2 else { continue }
+        let series = parts[0]
+        let matches = labels.map { series == "\(name){\($0)}" } ?? (series == name || series.hasPrefix(name + "{"))
+        if matches, let value = Double(parts[1]) { total += Int(value) }
+    }
+    return total
 }
