@@ -87,6 +87,32 @@ import Testing
         }
     }
 
+    @Test func streamsAreTunnelsThatOutliveTheClientAndServerTimeouts() async throws {
+        // Heartbeats 3 s apart, haproxy's client and server timeouts 1 s: only the
+        // tunnel timeout (the file's 1m) may bound a quiet stream.
+        try await HAProxyFront.with(
+            environment: ["FERRY_STREAM_HEARTBEAT_MS": "3000"],
+            settings: ["timeout client": "1s", "timeout server": "1s"]
+        ) { front in
+            for transport in StreamTestClient.Transport.allCases {
+                let session = try await front.signUp(from: "127.0.0.2")
+                let stream = try await front.openStream(session, transport)
+                defer { stream.close() }
+                _ = try await stream.nextMessageAsync(ofType: "hello")
+                // The write comes after seven quiet seconds (but for heartbeats), while the
+                // client reads its stream and answers its pings.
+                async let pushed: Void = {
+                    try await Task.sleep(for: .seconds(7))
+                    try await pushTask(session, id: "quiet-\(transport)", front: front)
+                }()
+                let cue = try await stream.nextMessageAsync(ofType: "cue")
+                try await pushed
+                #expect(cue.strings("tables") == ["tasks"], "\(transport)")
+                #expect(stream.heartbeats >= 2, "\(transport): \(stream.heartbeats) heartbeats")
+            }
+        }
+    }
+
     @Test func aKilledGatewaysClientsReconnectThroughHAProxyAndMissNothing() async throws {
         try await HAProxyFront.with { front in
             // Six clients, each at its own address, each holding a stream and a cursor.

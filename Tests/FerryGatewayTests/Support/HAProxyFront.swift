@@ -32,8 +32,12 @@ final class HAProxyFront: Sendable {
     }
 
     /// Migrates a database with the tasks example, starts two gateways (`environment`
-    /// added to theirs) and haproxy in front, runs `body`, stops them all.
-    static func with(environment: [String: String] = [:], _ body: (HAProxyFront) async throws -> Void) async throws {
+    /// added to theirs) and haproxy in front (with `settings` in place of the file's
+    /// lines of those names, `"timeout client": "2s"`), runs `body`, stops them all.
+    static func with(
+        environment: [String: String] = [:], settings: [String: String] = [:],
+        _ body: (HAProxyFront) async throws -> Void
+    ) async throws {
         try await AccountsDatabase.with(examples: ["tasks"]) { database in
             let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
                 "ferry-haproxy-\(UUID().uuidString)")
@@ -50,7 +54,8 @@ final class HAProxyFront: Sendable {
             }
             let port = try freePort()
             let configuration = folder.appendingPathComponent("haproxy.cfg").path
-            try config(port: port, gateways: gateways).write(toFile: configuration, atomically: true, encoding: .utf8)
+            try config(port: port, gateways: gateways, settings: settings).write(
+                toFile: configuration, atomically: true, encoding: .utf8)
             let check = try ChildProcess.run("/usr/sbin/haproxy", ["-c", "-q", "-f", configuration], timeout: 30)
             try #require(check.status == 0, "haproxy -c: \(check.output)")
             let log = folder.appendingPathComponent("haproxy.log").path
@@ -72,11 +77,15 @@ final class HAProxyFront: Sendable {
     /// deploy/haproxy.cfg with the test's addresses: the lines that name the operator's
     /// machine (bind, server, the TLS redirect, chroot, syslog, the admin socket, the
     /// user) are replaced or dropped; every timeout, retry and check is the file's own.
-    static func config(port: Int, gateways: [ServedGateway]) throws -> String {
+    static func config(port: Int, gateways: [ServedGateway], settings: [String: String] = [:]) throws -> String {
         let shipped = try String(contentsOfFile: TestRepository.root + "/deploy/haproxy.cfg", encoding: .utf8)
         var lines: [String] = []
         for line in shipped.split(separator: "\n", omittingEmptySubsequences: false) {
             let words = line.split(separator: " ")
+            if let name = settings.keys.first(where: { line.drop(while: { $0 == " " }).hasPrefix($0 + " ") }) {
+                lines.append("    \(name) \(settings[name]!)")
+                continue
+            }
             switch words.first {
             case "log" where words.count > 2, "user", "group", "chroot", "stats", "http-request":
                 continue
