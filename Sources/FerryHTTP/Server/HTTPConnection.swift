@@ -35,14 +35,12 @@ final class HTTPConnection: TCPConnectionDelegate {
         self.tcp = tcp
         self.home = home
         now = MonotonicClock.now()
-        let peer = tcp.peerAddress
+        let peer = tcp.peerAddress.map { ClientAddress(IPAddress($0), port: $0.port) }
         remoteAddress = peer?.description
         machine = HTTPConnectionStateMachine(
             limits: home.limits, timeouts: home.timeouts, now: now,
             admission: HeadAdmission(
-                headCheck: home.headChecks, budget: home.budget,
-                client: peer.map { ClientAddress(IPAddress($0), port: $0.port) },
-                trustedProxies: home.trustedProxies))
+                headCheck: home.headChecks, budget: home.budget, client: peer, trustedProxies: home.trustedProxies))
         timer = Timer(loop: tcp.loop)
         // The socket stops reading past the same bound on its own, which also holds once
         // a stream has taken the connection over.
