@@ -97,7 +97,9 @@ private final class TestServer {
                     tcp.startReading()
                 }
             }
-            router.get("/peer") { request, responder in responder.respond(.text(request.remoteAddress ?? "none")) }
+            router.get("/peer") { request, responder in
+                responder.respond(.text(request.remoteAddress?.description ?? "none"))
+            }
             router.get("/bytes/:count") { request, responder in
                 let count = min(Int(request.pathParameters["count"] ?? "0") ?? 0, 1 << 20)
                 responder.respond(HTTPResponse(status: .ok, body: [UInt8](repeating: UInt8(ascii: "b"), count: count)))
@@ -185,7 +187,7 @@ private final class TestServer {
         try #require(!flood.closed && flood.refused, "the server went on reading, or closed the flooder early")
         let records = server.recorder.records
         let answer = try #require(records.first?.responseBytes)
-        let flooderPort = try #require(records.first?.remoteAddress?.split(separator: ":").last.flatMap { Int($0) })
+        let flooderPort = try #require(records.first?.remoteAddress?.port)
         let queues = try #require(
             try KernelSocketQueues.of([(flooderPort, server.port), (server.port, flooderPort)]), "not in /proc/net/tcp")
         let (atFlooder, atServer) = (queues[0], queues[1])
@@ -385,7 +387,9 @@ private final class TestServer {
         #expect(records.map(\.route) == ["/v1/locks/:table/:key/claim", nil])
         #expect(records.map(\.status.code) == [200, 404])
         #expect(records.map(\.method) == [.post, .get])
-        #expect(records.allSatisfy { $0.responseBytes > 0 && $0.remoteAddress?.hasPrefix("127.0.0.1:") == true })
+        #expect(
+            records.allSatisfy { $0.responseBytes > 0 && $0.remoteAddress?.description.hasPrefix("127.0.0.1:") == true }
+        )
         #expect(server.recorder.opened == 1 && server.recorder.closed == 1)
     }
 
@@ -393,6 +397,59 @@ private final class TestServer {
         let server = try TestServer()
         defer { server.stop() }
         #expect(try server.client().request("GET", "/peer").text.hasPrefix("127.0.0.1:"))
+    }
+
+    @Test func aTrustedProxysPROXYHeaderNamesTheClientOfRequestsAndLogs() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.trustedProxies = try TrustedProxies(parsing: "127.0.0.2")
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let proxy = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        try proxy.send(
+            ProxyHeaders.v2(source: "2001:db8::9", sourcePort: 4242, destination: "::1", destinationPort: 80))
+        let first = try proxy.request("GET", "/peer")
+        #expect(first.status == 200 && first.text == "[2001:db8::9]:4242", "\(first.status) \(first.text)")
+        #expect(try proxy.request("GET", "/peer").text == "[2001:db8::9]:4242")
+        try eventuallyBlocking("both answers recorded", seconds: 5) { server.recorder.records.count == 2 }
+        #expect(server.recorder.records.allSatisfy { $0.remoteAddress?.description == "[2001:db8::9]:4242" })
+        // Without a header, the trusted proxy is refused; anyone else is served as itself.
+        let bare = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        let refused = try bare.request("GET", "/peer")
+        #expect(refused.status == 400 && refused.text.contains("PROXY"))
+        #expect(try server.client().request("GET", "/peer").text.hasPrefix("127.0.0.1:"))
+    }
+
+    @Test func xForwardedForIsReadFromATrustedProxyOnly() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.trustedProxies = try TrustedProxies(parsing: "127.0.0.2")
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let forwarded = [("X-Forwarded-For", "198.51.100.66, 192.0.2.1")]
+        // A LOCAL header: the proxy speaks for itself, and for whom it forwards.
+        let proxy = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        try proxy.send(ProxyHeaders.v2(command: 0x20, family: 0, payload: []))
+        #expect(try proxy.request("GET", "/peer", headers: forwarded).text == "192.0.2.1")
+        #expect(try proxy.request("GET", "/peer").text.hasPrefix("127.0.0.2:"))
+        // A client the header named is not a proxy: its own X-Forwarded-For is not read.
+        let relayed = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        try relayed.send(
+            ProxyHeaders.v1(source: "203.0.113.9", sourcePort: 7, destination: "127.0.0.1", destinationPort: 80))
+        #expect(try relayed.request("GET", "/peer", headers: forwarded).text == "203.0.113.9:7")
+        let stranger = try server.client()
+        #expect(try stranger.request("GET", "/peer", headers: forwarded).text.hasPrefix("127.0.0.1:"))
+    }
+
+    @Test func anUntrustedPeersPROXYHeaderIsBadHTTP() throws {
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.trustedProxies = try TrustedProxies(parsing: "127.0.0.2")
+        let server = try TestServer(configuration: configuration)
+        defer { server.stop() }
+        let spoofer = try server.client()
+        try spoofer.send(
+            ProxyHeaders.v1(source: "192.0.2.1", sourcePort: 1, destination: "127.0.0.1", destinationPort: 80))
+        let answer = try spoofer.request("GET", "/peer")
+        #expect(answer.status == 400)
+        #expect(spoofer.waitForClose())
     }
 
     @Test func everyLoopOfTheGroupServesOnTheSamePort() throws {

@@ -20,7 +20,7 @@ import Testing
                     return request.headers["X-User"] == "good"
                         ? nil : .error(status: .unauthorized, code: "unauthorized", message: "no")
                 }
-            }, budget: budget, remoteAddress: "127.0.0.1:1")
+            }, budget: budget, client: ClientAddress(IPAddress("127.0.0.1")!, port: 1))
     }
 
     private static func decode(_ text: String, _ admission: HeadAdmission) -> (

@@ -63,10 +63,11 @@ extension APIResponse: CustomStringConvertible {
 
 /// Sends one request on a fresh connection and reads its answer. `json` is encoded
 /// as the body, or `body` is sent as it is (as JSON); `source` is the client's address
-/// (127.0.0.0/8).
+/// (127.0.0.0/8); `proxyHeader` is sent first, as a proxy starts its connections
+/// (``ProxyHeaders``).
 public func call(
     _ method: String, _ path: String, port: Int, token: String? = nil, json: [String: Any]? = nil,
-    body raw: [UInt8]? = nil, headers: [(String, String)] = [], source: String? = nil
+    body raw: [UInt8]? = nil, headers: [(String, String)] = [], source: String? = nil, proxyHeader: [UInt8]? = nil
 ) async throws -> APIResponse {
     var all = headers
     if let token { all.append(("Authorization", "Bearer \(token)")) }
@@ -78,6 +79,7 @@ public func call(
     let raw = try await offload {
         let client = try HTTPTestClient(port: port, timeout: 15, source: source)
         defer { client.close() }
+        if let proxyHeader { try client.send(proxyHeader) }
         return try client.request(method, path, headers: headers, body: bytes)
     }
     return APIResponse(raw: raw)

@@ -27,9 +27,10 @@ extension Accounts {
         return nil
     }
 
-    /// The rate-limit key of a client: its address without the port.
+    /// The rate-limit key of a client: its address without the port, an IPv6 address's
+    /// /64 (``IPAddress/limitKey``). The address is the TCP peer's, or the client a
+    /// trusted proxy named (``HTTPRequest/remoteAddress``).
     static func clientKey(_ request: HTTPRequest) -> String {
-        guard let address = request.remoteAddress, let colon = address.lastIndex(of: ":") else { return "unknown" }
-        return String(address[..<colon])
+        request.remoteAddress?.ip.limitKey ?? "unknown"
     }
 }

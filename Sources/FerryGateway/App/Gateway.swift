@@ -112,6 +112,7 @@ public final class Gateway: Sendable {
             idleTimeout: .seconds(configuration.idleTimeoutSeconds),
             bodyTimeout: .seconds(configuration.bodyTimeoutSeconds))
         http.sharesPort = configuration.sharesPort
+        http.trustedProxies = configuration.trustedProxies
         let routes = OperationsRoutes(contexts: contexts, listenerStatus: listenerStatus, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
         let passwordRoutes = PasswordRoutes(accounts: accounts)

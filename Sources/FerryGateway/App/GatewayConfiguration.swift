@@ -1,4 +1,5 @@
 import FerryCommandLine
+import FerryHTTP
 import Foundation
 
 /// Everything `ferry serve` needs, validated. Built from flags and `FERRY_*`
@@ -24,6 +25,9 @@ public struct GatewayConfiguration: Sendable {
     /// Whether other processes may serve the same address (`SO_REUSEPORT` across
     /// processes); when false, an address another process serves is refused at start.
     public var sharesPort: Bool
+    /// The proxies in front (haproxy): their connections must start with a PROXY
+    /// protocol header, which names the client every limit and log line sees.
+    public var trustedProxies: TrustedProxies
     /// The HS256 secret that signs access tokens.
     public var jwtSecret: String
     /// An older secret still accepted during key rotation.
@@ -149,6 +153,11 @@ public struct GatewayConfiguration: Sendable {
             "share-port", env: "FERRY_SHARE_PORT",
             help: "let other processes serve the same address (the kernel splits connections); default: refuse",
             isSwitch: true),
+        Setting(
+            "trusted-proxies", env: "FERRY_TRUSTED_PROXIES",
+            help:
+                "comma-separated CIDR blocks of the proxies in front (e.g. 10.0.0.0/8,::1): their connections must start with a PROXY protocol header naming the client (default: none)",
+            isOptional: true),
         Setting(
             "threads", env: "FERRY_THREADS", default: String(ProcessInfo.processInfo.activeProcessorCount),
             help: "event loops (one per core is best)"),
@@ -313,6 +322,11 @@ public struct GatewayConfiguration: Sendable {
         replicaWaitMilliseconds = try values.integer("replica-wait-ms", in: 0...60_000)!
         (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
         sharesPort = values.isOn("share-port")
+        do {
+            trustedProxies = try TrustedProxies(parsing: values.string("trusted-proxies") ?? "")
+        } catch {
+            throw SettingsError("invalid \(values.name("trusted-proxies")): \(error)")
+        }
         threads = try values.integer("threads", in: 1...256)!
         jwtSecret = values.string("jwt-secret")!
         guard jwtSecret.utf8.count >= 32 else {

@@ -66,6 +66,6 @@ final class LoopContext: HTTPObserver {
         log.request(
             method: record.method?.description ?? "-", route: record.route,
             status: record.status.code, durationNanoseconds: record.durationNanoseconds,
-            bytes: record.responseBytes, remote: record.remoteAddress)
+            bytes: record.responseBytes, remote: record.remoteAddress?.description)
     }
 }

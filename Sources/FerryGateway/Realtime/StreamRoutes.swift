@@ -86,7 +86,7 @@ struct StreamRoutes: Sendable {
         context.metrics.recordRequest(route: route, status: status, durationNanoseconds: 0)
         context.log.request(
             method: "GET", route: route, status: status, durationNanoseconds: 0, bytes: 0,
-            remote: request.remoteAddress)
+            remote: request.remoteAddress?.description)
         context.hub.add(stream, claims: claims)
     }
 }

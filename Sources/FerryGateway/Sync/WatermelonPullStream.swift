@@ -38,6 +38,8 @@ final class WatermelonPullStream: TCPConnectionDelegate {
     private let timestamp: Int
     private let maxMilliseconds: UInt64
     private let startedAt: UInt64
+    /// Who asked, for the log line.
+    private let remote: ClientAddress?
     private var tcp: TCPConnection?
     private var deadline: Timer?
 
@@ -56,8 +58,9 @@ final class WatermelonPullStream: TCPConnectionDelegate {
 
     private init(
         context: LoopContext, caller: Identity, connection: PostgresConnection, opened: WatermelonPullOpen.Answer,
-        maxMilliseconds: UInt64
+        maxMilliseconds: UInt64, remote: ClientAddress?
     ) {
+        self.remote = remote
         self.context = context
         self.caller = caller
         self.connection = connection
@@ -74,7 +77,7 @@ final class WatermelonPullStream: TCPConnectionDelegate {
     /// keep-alive; only a bigger one is streamed.
     static func answer(
         _ pull: WatermelonPullOpen, as caller: Identity, responder: HTTPResponder, context: LoopContext,
-        maxMilliseconds: UInt64, refusal: @escaping (QueryFailure) -> APIError
+        maxMilliseconds: UInt64, remote: ClientAddress?, refusal: @escaping (QueryFailure) -> APIError
     ) {
         guard context.admit(caller, answering: responder) else { return }
         context.pool.lease { leased in
@@ -98,7 +101,7 @@ final class WatermelonPullStream: TCPConnectionDelegate {
                 }
                 let stream = WatermelonPullStream(
                     context: context, caller: caller, connection: connection, opened: answer,
-                    maxMilliseconds: maxMilliseconds)
+                    maxMilliseconds: maxMilliseconds, remote: remote)
                 let first = results[3]
                 if first.count < firstBatchRows {
                     stream.answerWhole(first, responder: responder, refusal: refusal)
@@ -322,7 +325,7 @@ final class WatermelonPullStream: TCPConnectionDelegate {
         context.metrics.recordRequest(route: WatermelonRoutes.path, status: 200, durationNanoseconds: duration)
         context.log.request(
             method: "GET", route: WatermelonRoutes.path, status: 200, durationNanoseconds: duration,
-            bytes: bytesSent, remote: tcp?.remoteAddress)
+            bytes: bytesSent, remote: remote?.description)
     }
 
     // MARK: - TCPConnectionDelegate

@@ -38,7 +38,8 @@ struct WatermelonRoutes {
                 guard let query = responder.success(of: WatermelonPullQuery.parse(request)) else { return }
                 WatermelonPullStream.answer(
                     WatermelonPullOpen(lastPulledAt: query.lastPulledAt, migration: query.migration), as: caller,
-                    responder: responder, context: context, maxMilliseconds: UInt64(pullSeconds) * 1000
+                    responder: responder, context: context, maxMilliseconds: UInt64(pullSeconds) * 1000,
+                    remote: request.remoteAddress
                 ) { failure in Self.refusal(failure, context: context) }
             }
             routes.post(Self.path) { request, caller, responder in

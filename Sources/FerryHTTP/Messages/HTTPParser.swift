@@ -42,7 +42,8 @@ final class HTTPParser {
 
     private let parser: UnsafeMutablePointer<http_parser>
     private let limits: HTTPLimits
-    private let admission: HeadAdmission
+    /// What heads must pass; its ``HeadAdmission/client`` is set once a PROXY header named it.
+    var admission: HeadAdmission
     /// The most body bytes reserved from `Content-Length` before they arrive: the
     /// declared length is the client's word, so a bigger body grows as it comes.
     static let maximumBodyReservation = 64 << 10
@@ -67,6 +68,8 @@ final class HTTPParser {
     private(set) var isHTTP1 = true
     private(set) var isUpgrade = false
     private(set) var expectsContinue = false
+    /// Who sent the message (``TrustedProxies/client(of:headers:)``), set when its head is complete.
+    private(set) var client: ClientAddress?
     /// Set by `on_message_complete`; cleared by ``takeMessage()``.
     private(set) var messageComplete = false
     /// Set by a callback that halted the parser because a limit was crossed.
@@ -227,6 +230,7 @@ final class HTTPParser {
         isHTTP1 = parser.pointee.http_major == 1
         isHTTP10 = isHTTP1 && parser.pointee.http_minor == 0
         isUpgrade = parser.pointee.upgrade == 1
+        client = admission.trustedProxies.client(of: admission.client, headers: headers)
         progress = .body
         pathBodyLimit = limits.pathBodyLimit(forTarget: url)
         maxBodyBytes = pathBodyLimit?.maxBytes ?? limits.maxBodyBytes
@@ -247,7 +251,7 @@ final class HTTPParser {
         if hasBody || expectsContinue, let check = admission.headCheck?(method, target.path) {
             let head = HTTPRequest(
                 method: method, path: target.path, query: target.query, headers: headers,
-                remoteAddress: admission.remoteAddress, keepAlive: keepAlive, isUpgrade: isUpgrade)
+                remoteAddress: client, keepAlive: keepAlive, isUpgrade: isUpgrade)
             if let response = check(head) {
                 refusal = .headCheck(response)
                 return -1

@@ -19,8 +19,9 @@ public struct HTTPRequest: Sendable {
     /// A segment that does not decode never reaches a handler: the server answers `400
     /// invalid_request` (``Router/Match/undecodable(parameter:pattern:)``).
     public var pathParameters: [String: String]
-    /// The peer as `ip:port`, or nil if the socket could not tell.
-    public var remoteAddress: String?
+    /// Who sent the request: the TCP peer, or the client a trusted proxy named
+    /// (``TrustedProxies``); nil if the socket could not tell.
+    public var remoteAddress: ClientAddress?
     /// Whether the client asked to keep the connection open after this request.
     public var keepAlive: Bool
     /// Whether the request asked for a protocol upgrade (`Connection: upgrade`).
@@ -32,7 +33,7 @@ public struct HTTPRequest: Sendable {
     /// Creates a request; the server builds them from the wire, tests may build their own.
     public init(
         method: HTTPMethod, path: String, query: String? = nil, headers: HTTPHeaders = HTTPHeaders(),
-        body: [UInt8] = [], pathParameters: [String: String] = [:], remoteAddress: String? = nil,
+        body: [UInt8] = [], pathParameters: [String: String] = [:], remoteAddress: ClientAddress? = nil,
         keepAlive: Bool = true, isUpgrade: Bool = false
     ) {
         self.method = method

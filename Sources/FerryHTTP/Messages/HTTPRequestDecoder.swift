@@ -86,6 +86,10 @@ struct HTTPRequestDecoder {
     /// gives back what its body holds of the budget.
     func abandon() { parser.releaseCharge() }
 
+    /// Whom the connection's requests come from from now on (a trusted proxy's PROXY
+    /// header named the client).
+    func speak(for client: ClientAddress?) { parser.admission.client = client }
+
     /// Where the message being decoded is (idle between messages).
     var progress: HTTPParser.Progress { parser.progress }
 
@@ -142,7 +146,8 @@ struct HTTPRequestDecoder {
         let target = HTTPParser.split(target: url)!
         let request = HTTPRequest(
             method: parser.method, path: target.path, query: target.query, headers: headers, body: body,
-            keepAlive: parser.keepAlive && !isUpgrade, isUpgrade: isUpgrade)
+            remoteAddress: parser.client, keepAlive: parser.keepAlive && !isUpgrade,
+            isUpgrade: isUpgrade)
         return (request, charged)
     }
 }

@@ -14,6 +14,7 @@ import Glibc
 /// Loop thread only; kept alive by its ``HTTPServerLoop`` until the socket closes.
 final class HTTPConnection: TCPConnectionDelegate {
     let tcp: TCPConnection
+    /// The TCP peer as `ip:port` (a trusted proxy's, whose clients the requests name).
     let remoteAddress: String?
     private unowned let home: HTTPServerLoop
     private var machine: HTTPConnectionStateMachine
@@ -34,10 +35,12 @@ final class HTTPConnection: TCPConnectionDelegate {
         self.tcp = tcp
         self.home = home
         now = MonotonicClock.now()
-        remoteAddress = tcp.remoteAddress
+        let peer = tcp.peerAddress.map { ClientAddress(IPAddress($0), port: $0.port) }
+        remoteAddress = peer?.description
         machine = HTTPConnectionStateMachine(
             limits: home.limits, timeouts: home.timeouts, now: now,
-            admission: HeadAdmission(headCheck: home.headChecks, budget: home.budget, remoteAddress: remoteAddress))
+            admission: HeadAdmission(
+                headCheck: home.headChecks, budget: home.budget, client: peer, trustedProxies: home.trustedProxies))
         timer = Timer(loop: tcp.loop)
         // The socket stops reading past the same bound on its own, which also holds once
         // a stream has taken the connection over.
@@ -190,7 +193,6 @@ final class HTTPConnection: TCPConnectionDelegate {
 
     private func dispatch(_ request: HTTPRequest, sequence: UInt64) {
         var request = request
-        request.remoteAddress = remoteAddress
         switch home.router.match(method: request.method, path: request.path) {
         case .found(let handler, let parameters, let pattern):
             request.pathParameters = parameters
@@ -233,7 +235,7 @@ final class HTTPConnection: TCPConnectionDelegate {
                 HTTPResponseRecord(
                     method: context.method, route: context.route, status: response.status,
                     durationNanoseconds: now &- context.receivedAt, responseBytes: written,
-                    remoteAddress: remoteAddress))
+                    remoteAddress: context.remoteAddress))
         }
     }
 

@@ -35,6 +35,11 @@
 /// head check and the body budget decide before a byte of the body is read; a refusal is
 /// that request's answer and the connection closes after it. A body's charge to the
 /// budget is given back once its answer is written or the connection closes.
+///
+/// A trusted proxy's connection (``HeadAdmission/trustedProxies``) must start with a
+/// PROXY protocol header (``ProxyHeaderDecoder``), read before any HTTP and within the
+/// head timeout from open; the client it names is whom every request comes from. A
+/// header that is not one, or none at all, is answered `400` and the connection closes.
 struct HTTPConnectionStateMachine {
     /// What the owner must do next.
     enum Action {
@@ -75,6 +80,9 @@ struct HTTPConnectionStateMachine {
         var closesConnection: Bool
         /// When the request was fully received.
         var receivedAt: UInt64
+        /// Who sent the request (for a refusal before one was read, whom the connection
+        /// speaks for).
+        var remoteAddress: ClientAddress? = nil
     }
 
     /// Timeouts in nanoseconds.
@@ -112,9 +120,16 @@ struct HTTPConnectionStateMachine {
         var receivedAt: UInt64
         /// What the request's body holds of the budget until its answer is written.
         var charged = 0
+        /// Who sent it.
+        var remoteAddress: ClientAddress?
     }
 
     private var decoder: HTTPRequestDecoder
+    /// Reads the PROXY header a trusted proxy's connection starts with; nil once read,
+    /// and for every other peer.
+    private var proxyHeader: ProxyHeaderDecoder?
+    /// Whom the connection speaks for: its peer, then the client its PROXY header named.
+    private var client: ClientAddress?
     private let maxPipelined: Int
     private let maxUnsent: Int
     /// The owner's bytes waiting to be written, as last reported.
@@ -153,6 +168,10 @@ struct HTTPConnectionStateMachine {
     /// A machine for a connection opened at `now`, which the owner has started reading.
     init(limits: HTTPLimits, timeouts: Timeouts, now: UInt64, admission: HeadAdmission = .none) {
         decoder = HTTPRequestDecoder(limits: limits, admission: admission)
+        client = admission.client
+        if let peer = admission.client, admission.trustedProxies.contains(peer.ip) {
+            proxyHeader = ProxyHeaderDecoder()
+        }
         maxPipelined = limits.maxPipelinedRequests
         maxUnsent = limits.maxUnsentBytes
         self.timeouts = timeouts
@@ -169,6 +188,11 @@ struct HTTPConnectionStateMachine {
         self.now = now
         switch lifecycle {
         case .open:
+            var bytes = bytes
+            if proxyHeader != nil {
+                guard let rest = readProxyHeader(bytes), !rest.isEmpty else { return }
+                bytes = rest
+            }
             if !stash.isEmpty || slots.count >= maxPipelined || isBackedUp {
                 stash.append(contentsOf: bytes)
                 return
@@ -185,6 +209,31 @@ struct HTTPConnectionStateMachine {
         case .draining, .closing, .finishing, .closed, .upgraded:
             // No more requests will be answered; whatever the client sends is dropped.
             return
+        }
+    }
+
+    /// Feeds the PROXY header's decoder; returns the bytes after a complete header, nil
+    /// while it is incomplete or once it was refused (answered `400`, then the close).
+    private mutating func readProxyHeader(_ bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+        switch proxyHeader!.decode(bytes) {
+        case .needMoreBytes:
+            return nil
+        case .header(let header, let consumed):
+            proxyHeader = nil
+            if let source = header.source {
+                client = source
+                decoder.speak(for: source)
+            }
+            return UnsafeRawBufferPointer(rebasing: bytes[consumed...])
+        case .invalid(let reason):
+            proxyHeader = nil
+            slots.append(
+                Slot(
+                    response: .error(
+                        status: .badRequest, code: "invalid_request", message: "PROXY protocol: \(reason)"),
+                    isHTTP10: false, keepAlive: false, receivedAt: now, remoteAddress: client))
+            lifecycle = .draining
+            return nil
         }
     }
 
@@ -239,7 +288,8 @@ struct HTTPConnectionStateMachine {
             bodyStartedAt = nil
             slots.append(
                 Slot(
-                    response: HTTPRequestError.bodyTimeout.response, isHTTP10: false, keepAlive: false, receivedAt: now)
+                    response: HTTPRequestError.bodyTimeout.response, isHTTP10: false, keepAlive: false, receivedAt: now,
+                    remoteAddress: client)
             )
             lifecycle = .draining
             return .wait
@@ -397,7 +447,8 @@ struct HTTPConnectionStateMachine {
                 slots.append(
                     Slot(
                         request: request, method: request.method, isHTTP10: isHTTP10,
-                        keepAlive: request.keepAlive, receivedAt: now, charged: charged))
+                        keepAlive: request.keepAlive, receivedAt: now, charged: charged,
+                        remoteAddress: request.remoteAddress))
                 headStartedAt = nil
                 bodyStartedAt = nil
                 continueSent = false
@@ -409,10 +460,13 @@ struct HTTPConnectionStateMachine {
                 }
             case .error(let error):
                 slots.append(
-                    Slot(response: error.response, isHTTP10: false, keepAlive: false, receivedAt: now))
+                    Slot(
+                        response: error.response, isHTTP10: false, keepAlive: false, receivedAt: now,
+                        remoteAddress: client))
                 lifecycle = .draining
             case .refused(let response):
-                slots.append(Slot(response: response, isHTTP10: false, keepAlive: false, receivedAt: now))
+                slots.append(
+                    Slot(response: response, isHTTP10: false, keepAlive: false, receivedAt: now, remoteAddress: client))
                 lifecycle = .draining
             }
         }
@@ -468,6 +522,6 @@ struct HTTPConnectionStateMachine {
         }
         return ResponseContext(
             sequence: sequence, method: slot.method, route: slot.route, isHTTP10: slot.isHTTP10,
-            closesConnection: closes, receivedAt: slot.receivedAt)
+            closesConnection: closes, receivedAt: slot.receivedAt, remoteAddress: slot.remoteAddress)
     }
 }

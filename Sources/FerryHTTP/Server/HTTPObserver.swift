@@ -4,7 +4,8 @@
 /// it on that loop's thread only, so an observer may keep plain counters without locks.
 /// Calls sit on the request path: keep them cheap (no I/O; hand log lines to a queue).
 public protocol HTTPObserver: AnyObject {
-    /// A connection was accepted. `remoteAddress` is `ip:port`, or nil if unknown.
+    /// A connection was accepted. `remoteAddress` is the TCP peer's `ip:port` (a trusted
+    /// proxy's, whose PROXY header is still to come), or nil if unknown.
     func connectionOpened(remoteAddress: String?)
     /// A response was handed to the socket.
     func responseSent(_ record: HTTPResponseRecord)
@@ -34,6 +35,6 @@ public struct HTTPResponseRecord: Sendable {
     public var durationNanoseconds: UInt64
     /// Bytes of the response on the wire, head and body.
     public var responseBytes: Int
-    /// The peer as `ip:port`, or nil if unknown.
-    public var remoteAddress: String?
+    /// Who sent the request (``HTTPRequest/remoteAddress``), or nil if unknown.
+    public var remoteAddress: ClientAddress?
 }

@@ -167,6 +167,8 @@ final class HTTPServerLoop {
     let date = HTTPDate()
     /// The server's one bound on body bytes held, shared by every loop.
     let budget: BodyBudget
+    /// The proxies whose connections start with a PROXY header.
+    let trustedProxies: TrustedProxies
     private let backlog: Int32
     private(set) var router = Router()
     /// The head checks of ``router``'s routes, for every connection's ``HeadAdmission``.
@@ -185,6 +187,7 @@ final class HTTPServerLoop {
             head: configuration.headTimeout.nanoseconds, idle: configuration.idleTimeout.nanoseconds,
             body: configuration.bodyTimeout.nanoseconds)
         self.budget = budget
+        trustedProxies = configuration.trustedProxies
         backlog = configuration.backlog
     }
 

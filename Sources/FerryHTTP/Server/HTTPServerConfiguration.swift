@@ -25,6 +25,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// join them. When false, ``HTTPServer/start()`` refuses an address that another
     /// socket serves (`EADDRINUSE`).
     public var sharesPort = false
+    /// The proxies in front: a connection from one of them must start with a PROXY
+    /// protocol header, whose client its requests then come from. Default none: every
+    /// client is its TCP peer.
+    public var trustedProxies = TrustedProxies.none
 
     /// Creates a configuration; the defaults suit a production gateway behind a balancer.
     public init(

@@ -12,8 +12,13 @@ struct HeadAdmission {
     var headCheck: ((HTTPMethod, String) -> HeadCheck?)?
     /// The bound on body bytes held over every connection, nil for none.
     var budget: BodyBudget?
-    /// The peer, for the head check's request (``HTTPRequest/remoteAddress``).
-    var remoteAddress: String?
+    /// Whom the connection speaks for: its TCP peer, or the client a trusted proxy's
+    /// PROXY header named; every request's ``HTTPRequest/remoteAddress`` unless it is a
+    /// trusted proxy's and the request's `X-Forwarded-For` names another.
+    var client: ClientAddress?
+    /// The proxies whose PROXY header is required and believed, and whose
+    /// `X-Forwarded-For` is read.
+    var trustedProxies = TrustedProxies.none
 
     /// Admits every head and charges nothing (the state machine's tests).
     static var none: HeadAdmission { HeadAdmission() }

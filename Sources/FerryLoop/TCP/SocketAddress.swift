@@ -53,6 +53,20 @@ public struct SocketAddress: Sendable, CustomStringConvertible {
         return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// The address's bytes in network order: 4 for IPv4, 16 for IPv6.
+    public var addressBytes: [UInt8] {
+        withUnsafePointer(to: storage) { pointer in
+            if family == AF_INET6 {
+                return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    withUnsafeBytes(of: $0.pointee.sin6_addr) { Array($0) }
+                }
+            }
+            return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                withUnsafeBytes(of: $0.pointee.sin_addr) { Array($0) }
+            }
+        }
+    }
+
     public var description: String { family == AF_INET6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
     /// Calls `body` with the address as a `sockaddr` and its length.

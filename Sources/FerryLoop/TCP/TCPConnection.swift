@@ -74,7 +74,10 @@ public final class TCPConnection {
     public var isOpen: Bool { state == .open }
 
     /// The peer's address as `ip:port`, or nil once the socket is gone.
-    public var remoteAddress: String? {
+    public var remoteAddress: String? { peerAddress?.description }
+
+    /// The peer's address, or nil once the socket is gone.
+    public var peerAddress: SocketAddress? {
         guard state != .closed else { return nil }
         var storage = sockaddr_storage()
         var length = Int32(MemoryLayout<sockaddr_storage>.size)
@@ -82,7 +85,7 @@ public final class TCPConnection {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { uv_tcp_getpeername(handle, $0, &length) }
         }
         guard status == 0 else { return nil }
-        return SocketAddress(storage).description
+        return SocketAddress(storage)
     }
 
     /// Sets the socket's kernel send buffer (`SO_SNDBUF`; Linux doubles the value and

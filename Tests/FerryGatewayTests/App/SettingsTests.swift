@@ -1,5 +1,6 @@
 import FerryCommandLine
 import FerryGateway
+import FerryHTTP
 import FerryTestSupport
 import Testing
 
@@ -76,6 +77,21 @@ import Testing
         #expect(error?.description.contains("--stream-max-unsent-bytes / FERRY_STREAM_MAX_UNSENT_BYTES") == true)
         #expect(error?.description.contains("--max-unsent-bytes / FERRY_MAX_UNSENT_BYTES (65536)") == true)
         #expect(try configuration(["--max-unsent-bytes", "65536"]).streamMaxUnsentBytes == 65536)
+    }
+
+    @Test func trustedProxiesAreCIDRBlocksCheckedAtStart() throws {
+        #expect(try configuration([]).trustedProxies.isEmpty)
+        var environment = Self.environment
+        environment["FERRY_TRUSTED_PROXIES"] = "10.0.0.0/8, 2001:db8::/32,127.0.0.1"
+        #expect(
+            try configuration([], environment: environment).trustedProxies.description
+                == "10.0.0.0/8,2001:db8::/32,127.0.0.1/32")
+        for bad in ["10.0.0.1/8", "10.0.0.0/33", "haproxy", "10.0.0.0/8,,::1"] {
+            let error = #expect(throws: SettingsError.self) { try configuration(["--trusted-proxies", bad]) }
+            #expect(error?.description.contains("--trusted-proxies / FERRY_TRUSTED_PROXIES") == true)
+        }
+        let error = #expect(throws: SettingsError.self) { try configuration(["--trusted-proxies", "10.0.0.1/8"]) }
+        #expect(error?.description.contains("10.0.0.0/8") == true)
     }
 
     @Test func unknownFlagIsAnError() {

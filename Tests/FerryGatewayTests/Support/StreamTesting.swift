@@ -52,6 +52,12 @@ extension AccountsGateway {
 
     /// A counter or gauge from `/metrics` (summed over its series with `labels`, if given).
     func metric(_ name: String, labels: String? = nil) async throws -> Int {
-        metricTotal(name, labels: labels, in: try await call("GET", "/metrics").raw.text)
+        try await FerryGatewayTests.metric(name, labels: labels, port: port)
     }
+}
+
+/// A counter or gauge from the `/metrics` of the gateway on `port` (summed over its series
+/// with `labels`, if given).
+func metric(_ name: String, labels: String? = nil, port: Int) async throws -> Int {
+    metricTotal(name, labels: labels, in: try await call("GET", "/metrics", port: port).raw.text)
 }
