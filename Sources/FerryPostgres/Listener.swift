@@ -18,6 +18,15 @@ public final class Listener {
         case disconnected
     }
 
+    /// The first reconnect delay unless told otherwise, in milliseconds: a dropped
+    /// connection is tried again about a tenth of a second later.
+    public static let defaultMinimumBackoffMilliseconds: UInt64 = 100
+    /// The longest reconnect delay unless told otherwise, in milliseconds. A failover
+    /// takes seconds (docs/HA.md): a delay grown past half a second would keep the
+    /// listener, and so `/readyz`, down that much longer after the new primary answers,
+    /// while two attempts a second per gateway cost a down server nothing.
+    public static let defaultMaximumBackoffMilliseconds: UInt64 = 500
+
     /// The loop the listener belongs to.
     public let loop: EventLoop
     /// How the connection is opened.
@@ -49,7 +58,8 @@ public final class Listener {
     /// Creates a stopped listener; call ``start()``.
     public init(
         loop: EventLoop, configuration: PostgresConfiguration, channels: [String],
-        minimumBackoffMilliseconds: UInt64 = 100, maximumBackoffMilliseconds: UInt64 = 5_000
+        minimumBackoffMilliseconds: UInt64 = Listener.defaultMinimumBackoffMilliseconds,
+        maximumBackoffMilliseconds: UInt64 = Listener.defaultMaximumBackoffMilliseconds
     ) {
         self.loop = loop
         self.configuration = configuration

@@ -116,6 +116,30 @@ import Testing
         #expect(waits == [100, 200, 400, 800, 1_000, 1_000, 1_000])
     }
 
+    /// What a gateway's listener does after a failover (docs/HA.md): tries again within
+    /// 120 ms, then at most every 600 ms (500 and its jitter) until the new primary answers.
+    @Test func theListenersDefaultScheduleRetriesPromptlyAndAtMostTwiceASecondOnceCapped() throws {
+        var machine = Machine(
+            channels: ["ferry_cue"], minimumBackoffMilliseconds: Listener.defaultMinimumBackoffMilliseconds,
+            maximumBackoffMilliseconds: Listener.defaultMaximumBackoffMilliseconds, jitter: { $0 })
+        _ = machine.start()
+        _ = machine.connectSucceeded()
+        _ = machine.listenSucceeded()
+        var now: UInt64 = 0
+        guard case .reportDownAndRetry(var wait) = machine.connectionLost(now: now) else {
+            Issue.record("losing the connection did not retry")
+            return
+        }
+        var waits: [UInt64] = []
+        for _ in 0..<8 {
+            waits.append(wait)
+            now += wait
+            #expect(machine.retryTimerFired(now: now) == .connect)
+            wait = try retryWait(machine.connectFailed(now: now))
+        }
+        #expect(waits == [120, 240, 480, 600, 600, 600, 600, 600])
+    }
+
     @Test func failedListensGrowTheBackoffLikeFailedConnects() {
         var machine = waitingMachine(now: 0)
         #expect(machine.retryTimerFired(now: 100) == .connect)

@@ -114,8 +114,16 @@ begin
     if v_timeline = (p_here ->> 'timeline')::integer then
         return false;
     end if;
-    -- Another timeline: kept only if it is an ancestor of the one noted, which is this
-    -- one, and was left after the cursor was made.
+    -- Another timeline, which this one's ancestry decides; but only once it is noted
+    -- (ferry.note_history, which the gateway runs when its listener reconnects after a
+    -- failover): until then the ancestry is the old timeline's, and a good cursor would
+    -- expire. Such a pull is told to retry (57P03, answered 503), as pulls racing the
+    -- first moments of a new primary were in the failover drill.
+    if not exists (select from ferry.history h where h.timeline = (p_here ->> 'timeline')::integer) then
+        raise exception 'pull: timeline % is not noted yet; retry', p_here ->> 'timeline'
+            using errcode = '57P03', hint = 'ferry.note_history() notes it';
+    end if;
+    -- Kept only if it is an ancestor of this one, left after the cursor was made.
     return not exists (
         select from ferry.history h join ferry.timeline_ancestry a on a.timeline = v_timeline
         where h.timeline = (p_here ->> 'timeline')::integer and a.ended_at >= v_lsn);
