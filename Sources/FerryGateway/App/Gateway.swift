@@ -37,12 +37,10 @@ public final class Gateway: Sendable {
     public init(configuration: GatewayConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        var requestDatabase = try PostgresConfiguration(
+        // Its statement timeout and UTC are set per transaction (TransactionSettings).
+        let database = try PostgresConfiguration(
             configuration.databaseURL, applicationName: "ferry",
             statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
-        // Every time the API returns is UTC, whatever TimeZone the server, database or role sets.
-        requestDatabase.timeZone = "UTC"
-        let database = requestDatabase
         let listenDatabase = try PostgresConfiguration(
             configuration.listenDatabaseURL, applicationName: "ferry-listener")
         let group = LoopGroup(count: configuration.threads)

@@ -153,10 +153,13 @@ struct RequestConnection: Sendable {
         Identity(userID: user, sessionID: UUID().uuidString.lowercased(), deviceID: device, isAnonymous: true)
     }
 
+    /// The identity statement as the gateway sends it, with its default statement timeout.
+    var identityStatement: PostgresStatement { identity.statement(timeout: "10000") }
+
     /// Runs `sql` as this user and device.
     @discardableResult
     func query(_ sql: String, _ parameters: [String?] = []) async throws -> PostgresResult {
-        try await client.pipeline([identity.statement, PostgresStatement(sql, parameters)])[1]
+        try await client.pipeline([identityStatement, PostgresStatement(sql, parameters)])[1]
     }
 
     /// `ferry.push` with `{"mutations": mutations}`.
