@@ -26,6 +26,12 @@ public struct PostgresConfiguration: Sendable, Equatable {
     /// `statement_timeout`: when it passes, the operation fails with ``PostgresError/Kind/timeout``
     /// and the connection is closed (libpq 15 has no non-blocking cancel). Nil means no deadline.
     public var operationTimeoutMilliseconds: Int?
+    /// Whether statements with a ``PostgresStatement/preparedName`` are prepared under it,
+    /// once per connection. When false every statement is sent unnamed
+    /// (`PQsendQueryParams`: parsed and planned each time), for a pooler in transaction
+    /// mode, where one server connection serves many clients and a named statement one of
+    /// them prepared is missing, or already there, for the next.
+    public var preparesStatements = true
     /// Seconds of idleness before TCP keepalive probes start, so a silently dead peer is noticed.
     public var keepaliveIdleSeconds: Int
 

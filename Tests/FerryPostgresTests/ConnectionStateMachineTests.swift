@@ -66,6 +66,21 @@ import Testing
         #expect(machine.enqueue(2, .pipeline([statement])) == .send(.pipeline(2, [.execute(statement)])))
     }
 
+    @Test func withoutPreparingANamedStatementIsSentUnnamed() {
+        var machine = Machine(preparesStatements: false)
+        #expect(machine.connected() == .none)
+        let statement = PostgresStatement("select $1::int", ["1"], preparedName: "pick")
+        let unnamed = PostgresStatement("select $1::int", ["1"])
+        #expect(
+            machine.enqueue(1, .pipeline([statement, statement]))
+                == .send(.pipeline(1, [.execute(unnamed), .execute(unnamed)])))
+        for event: Machine.ResultEvent in [.result(one), .end, .result(one), .end] {
+            #expect(machine.resultReceived(event) == .none)
+        }
+        #expect(machine.resultReceived(.sync) == .complete(.init(id: 1, result: .success([one, one])), next: nil))
+        #expect(machine.prepared.isEmpty)
+    }
+
     @Test func failedPrepareIsNotCached() {
         var machine = connectedMachine()
         let statement = PostgresStatement("selec 1", preparedName: "typo")

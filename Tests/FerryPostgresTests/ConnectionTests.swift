@@ -170,6 +170,24 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
         }
     }
 
+    /// A pooler in transaction mode hands a server connection to other clients between
+    /// transactions: with preparing off, nothing named is left on it.
+    @Test func withoutPreparingNoStatementIsLeftOnTheServer() async throws {
+        try await TestDatabase.with { database in
+            var configuration = database.configuration
+            configuration.preparesStatements = false
+            let client = try await PostgresClient.connect(configuration)
+            let named = PostgresStatement("select $1::int + 1", ["41"], preparedName: "ferry_answer")
+            for _ in 0..<2 { #expect(try await client.query(named)[0, 0] == "42") }
+            #expect(try await client.query("select count(*) from pg_prepared_statements")[0, 0] == "0")
+            await client.close()
+            let preparing = try await PostgresClient.connect(database.configuration)
+            for _ in 0..<2 { #expect(try await preparing.query(named)[0, 0] == "42") }
+            #expect(try await preparing.query("select name from pg_prepared_statements")[0, 0] == "ferry_answer")
+            await preparing.close()
+        }
+    }
+
     @Test func clientDeadlineFailsAStuckOperation() async throws {
         try await TestDatabase.with { database in
             var configuration = database.configuration

@@ -38,9 +38,11 @@ public final class Gateway: Sendable {
         self.configuration = configuration
         self.logger = logger
         // Its statement timeout and UTC are set per transaction (TransactionSettings).
-        let database = try PostgresConfiguration(
+        var requestDatabase = try PostgresConfiguration(
             configuration.databaseURL, applicationName: "ferry",
             statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
+        requestDatabase.preparesStatements = configuration.preparesStatements
+        let database = requestDatabase
         let listenDatabase = try PostgresConfiguration(
             configuration.listenDatabaseURL, applicationName: "ferry-listener")
         let group = LoopGroup(count: configuration.threads)
