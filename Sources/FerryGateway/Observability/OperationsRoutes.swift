@@ -5,19 +5,27 @@ import Synchronization
 /// `/healthz`, `/readyz` and `/metrics`: what load balancers and Prometheus ask.
 ///
 /// `/readyz` is ready when the database answers with Ferry's schema at this binary's
-/// version (``SchemaCheck``) and the LISTEN connection is up. Its answer names no
+/// version and is a primary (``SchemaCheck``), the LISTEN connection is up, and it
+/// receives: a NOTIFY it sent itself came back (``ListenerProbe``, kept briefly). Its answer names no
 /// host, port or libpq text (anyone may ask); a change of the database's state is
 /// logged once, with the details and what to do.
 final class OperationsRoutes: Sendable {
     private let contexts: [LoopBound<LoopContext>]
     private let listenerStatus: ListenerStatus
+    private let probe: LoopBound<ListenerProbe>
     private let logger: Logger
     /// The database's state the last `/readyz` found, to log changes only.
     private let lastCheck = Mutex<SchemaCheck?>(nil)
+    /// The listener probe's outcome the last `/readyz` found, to log changes only.
+    private let lastProbe = Mutex<ListenerProbe.Outcome?>(nil)
 
-    init(contexts: [LoopBound<LoopContext>], listenerStatus: ListenerStatus, logger: Logger) {
+    init(
+        contexts: [LoopBound<LoopContext>], listenerStatus: ListenerStatus, probe: LoopBound<ListenerProbe>,
+        logger: Logger
+    ) {
         self.contexts = contexts
         self.listenerStatus = listenerStatus
+        self.probe = probe
         self.logger = logger
     }
 
@@ -32,13 +40,24 @@ final class OperationsRoutes: Sendable {
         router.get("/readyz") { [self] _, responder in
             SchemaCheck.run(on: context.pool) { [self] check in
                 noteChange(check)
-                switch (check, listenerStatus.isConnected) {
-                case (.ready, true):
-                    responder.respond(Self.ready)
-                case (.ready, false):
-                    responder.respond(.error(status: 503, code: "unavailable", message: "listener is not connected"))
-                default:
-                    responder.respond(.error(status: 503, code: "unavailable", message: check.publicMessage))
+                guard check == .ready else {
+                    return responder.respond(.error(status: 503, code: "unavailable", message: check.publicMessage))
+                }
+                guard listenerStatus.isConnected else {
+                    return responder.respond(
+                        .error(status: 503, code: "unavailable", message: "listener is not connected"))
+                }
+                let answering = LoopBound(responder, loop: responder.loop)
+                probe.loop.execute { [self] in
+                    probe.value.check { [self] outcome in
+                        noteChange(outcome)
+                        answering.loop.execute {
+                            answering.value.respond(
+                                outcome == .received
+                                    ? Self.ready
+                                    : .error(status: 503, code: "unavailable", message: ListenerProbe.publicMessage))
+                        }
+                    }
                 }
             }
         }
@@ -59,6 +78,20 @@ final class OperationsRoutes: Sendable {
             logger.log(.warning, "not ready", ["reason": check.advice])
         } else if previous != nil {
             logger.log(.info, "ready again", ["reason": check.advice])
+        }
+    }
+
+    /// Logs the listener probe's outcome when it differs from the previous probe's.
+    private func noteChange(_ outcome: ListenerProbe.Outcome) {
+        let previous = lastProbe.withLock { last in
+            defer { last = outcome }
+            return last
+        }
+        guard previous != outcome else { return }
+        if outcome != .received {
+            logger.log(.warning, "not ready", ["reason": ListenerProbe.advice(outcome)])
+        } else if previous != nil {
+            logger.log(.info, "ready again", ["reason": ListenerProbe.advice(outcome)])
         }
     }
 
