@@ -118,11 +118,10 @@ import Testing
                 create trigger slow_sign_up before insert on ferry.users for each row
                     execute function public.slow_sign_up();
                 """)
-            let started = ContinuousClock.now
             let signUp = try await server.call(
                 "POST", "/v1/auth/anonymous", json: ["device_id": UUID().uuidString.lowercased()])
             expectUnavailable(signUp)
-            #expect(ContinuousClock.now - started < .seconds(5), "cut by the server, not the client's deadline")
+            #expect(try await server.database.sleepingBackends() == 0, "cut by the server, not the client's deadline")
         }
     }
 

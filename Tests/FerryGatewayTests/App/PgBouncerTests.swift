@@ -53,7 +53,6 @@ import Testing
                 }
                 #expect(pages == Array(repeating: 1, count: 8), "\(bouncer.log)")
                 // The timeout travels in the transaction: the pooler passes no start-up options.
-                let started = ContinuousClock.now
                 let slow = try await server.call(
                     "POST", "/v1/push", token: ana.accessToken,
                     json: [
@@ -62,7 +61,7 @@ import Testing
                         ]
                     ])
                 #expect(slow.status == 503 && slow.code == "unavailable", "\(slow)")
-                #expect(ContinuousClock.now - started < .seconds(5), "cut by the server's statement_timeout")
+                #expect(try await database.sleepingBackends() == 0, "cut by the server's statement_timeout")
                 #expect(try await server.call("GET", "/readyz").status == 200)
             }
         }

@@ -50,6 +50,16 @@ struct AccountsDatabase: Sendable {
         try await admin.query(sql, parameters).rows.map(\.values)
     }
 
+    /// Backends of this database in `pg_sleep` now: a statement that the server's
+    /// `statement_timeout` cut leaves none, one that only the client's deadline gave up on
+    /// still sleeps.
+    func sleepingBackends() async throws -> Int {
+        Int(
+            try await value(
+                "select count(*) from pg_stat_activity where datname = current_database() and wait_event = 'PgSleep'")
+                ?? "") ?? -1
+    }
+
     /// The single value `sql` returns, read as the superuser.
     func value(_ sql: String, _ parameters: [String?] = []) async throws -> String? {
         let result = try await admin.query(sql, parameters)
