@@ -21,6 +21,15 @@ final class ListenerProbe {
         case notReceived
         /// It could not be sent (the request database failed).
         case notSent(String)
+
+        /// What `/readyz` tells anyone when the probe failed: no libpq text.
+        var publicMessage: String {
+            switch self {
+            case .received: "ready"
+            case .notReceived: "listener receives no notifications"
+            case .notSent: "database is not reachable"
+            }
+        }
     }
 
     /// The private channel, one per process: no other gateway sends on it.
@@ -80,9 +89,6 @@ final class ListenerProbe {
     func forget() {
         last = nil
     }
-
-    /// What `/readyz` tells anyone when the probe failed.
-    static let publicMessage = "listener receives no notifications"
 
     /// What the log says of an outcome other than ``Outcome/received``, with what to do.
     static func advice(_ outcome: Outcome) -> String {

@@ -55,7 +55,7 @@ final class OperationsRoutes: Sendable {
                             answering.value.respond(
                                 outcome == .received
                                     ? Self.ready
-                                    : .error(status: 503, code: "unavailable", message: ListenerProbe.publicMessage))
+                                    : .error(status: 503, code: "unavailable", message: outcome.publicMessage))
                         }
                     }
                 }
@@ -69,29 +69,26 @@ final class OperationsRoutes: Sendable {
     /// Logs the database's state when it differs from what the previous probe found:
     /// a warning with the advice when it is not ready, a line when it is again.
     private func noteChange(_ check: SchemaCheck) {
-        let previous = lastCheck.withLock { last in
-            defer { last = check }
-            return last
-        }
-        guard previous != check else { return }
-        if check != .ready {
-            logger.log(.warning, "not ready", ["reason": check.advice])
-        } else if previous != nil {
-            logger.log(.info, "ready again", ["reason": check.advice])
-        }
+        noteChange(check, since: lastCheck, ready: .ready) { $0.advice }
     }
 
     /// Logs the listener probe's outcome when it differs from the previous probe's.
     private func noteChange(_ outcome: ListenerProbe.Outcome) {
-        let previous = lastProbe.withLock { last in
-            defer { last = outcome }
+        noteChange(outcome, since: lastProbe, ready: .received, advice: ListenerProbe.advice)
+    }
+
+    private func noteChange<State: Equatable & Sendable>(
+        _ state: State, since last: borrowing Mutex<State?>, ready: State, advice: (State) -> String
+    ) {
+        let previous = last.withLock { last in
+            defer { last = state }
             return last
         }
-        guard previous != outcome else { return }
-        if outcome != .received {
-            logger.log(.warning, "not ready", ["reason": ListenerProbe.advice(outcome)])
+        guard previous != state else { return }
+        if state != ready {
+            logger.log(.warning, "not ready", ["reason": advice(state)])
         } else if previous != nil {
-            logger.log(.info, "ready again", ["reason": ListenerProbe.advice(outcome)])
+            logger.log(.info, "ready again", ["reason": advice(state)])
         }
     }
 
