@@ -91,7 +91,9 @@ find_postmaster() {
 
 # `ferry serve` processes (several share one port: FERRY_SHARE_PORT), for every script
 # that runs the gateway. They read: FERRY (the binary), GATEWAY_URL, secret, port,
-# base, LOOPS, POOL_SIZE, tmp; the processes' ids are kept in gateway_pids.
+# base, LOOPS, POOL_SIZE, tmp, and for bench/pgbouncer.sh REQUEST_DATABASE_URL (requests'
+# database when not GATEWAY_URL; the listener always GATEWAY_URL, direct) and
+# PREPARED_STATEMENTS (on, off); the processes' ids are kept in gateway_pids.
 gateway_pids=()
 
 # Picks what start_gateways reads for a fresh deployment: a free port, its base URL on
@@ -108,7 +110,8 @@ start_gateways() {
     stop_gateways
     local i
     for i in $(seq "$1"); do
-        env -u FERRY_LISTEN_DATABASE_URL FERRY_DATABASE_URL=$GATEWAY_URL FERRY_JWT_SECRET=$secret \
+        env FERRY_DATABASE_URL=${REQUEST_DATABASE_URL:-$GATEWAY_URL} FERRY_LISTEN_DATABASE_URL=$GATEWAY_URL \
+            FERRY_PREPARED_STATEMENTS=${PREPARED_STATEMENTS:-on} FERRY_JWT_SECRET=$secret \
             FERRY_LISTEN=$2:$port FERRY_SHARE_PORT=true FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
             FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
             ${3:-} "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &

@@ -76,8 +76,10 @@ ferry_pid=${gateway_pids[0]}
 
 # The identity statement (Identity.statementSQL) and the push and pull statements
 # (Queries/SyncQueries.swift), as the gateway sends them.
-identity_sql="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', :sid, true);"
-grep -q "set_config('ferry.session_id', \$3, true)" Sources/FerryGateway/Queries/IdentityStatement.swift ||
+identity_sql="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', :sid, true), pg_catalog.set_config('statement_timeout', '10000', true), pg_catalog.set_config('TimeZone', 'UTC', true);"
+grep -q "set_config('ferry.session_id', \$3, true)," Sources/FerryGateway/Queries/IdentityStatement.swift &&
+    grep -q "set_config('statement_timeout', \\(timeout), true)" Sources/FerryGateway/Queries/TransactionSettings.swift &&
+    grep -q "set_config('TimeZone', 'UTC', true)" Sources/FerryGateway/Queries/TransactionSettings.swift ||
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
 grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the pull statement changed: update bench/sync.sh" >&2; exit 1; }
@@ -136,7 +138,8 @@ for u in pulls[:3]:
 def lit(text):
     return "'" + text.replace("'", "''") + "'"
 identity = ("select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', {uid}, true), "
-            "pg_catalog.set_config('ferry.device_id', {did}, true), pg_catalog.set_config('ferry.session_id', {sid}, true)")
+            "pg_catalog.set_config('ferry.device_id', {did}, true), pg_catalog.set_config('ferry.session_id', {sid}, true), "
+            "pg_catalog.set_config('statement_timeout', '10000', true), pg_catalog.set_config('TimeZone', 'UTC', true)")
 with open(f"{tmp}/pull.tsv", "w") as tsv:
     for i, u in enumerate(pulls):
         tsv.write(f"{u['token']}\t{u['cursor']}\n")
@@ -157,28 +160,6 @@ PY
 template=$(push_batch_template "$BATCH")
 echo "$template" > "$tmp/push_template.json"
 
-cat > "$tmp/pull.lua" <<'LUA'
--- Rotates over the (token, sealed cursor) pairs of pull.tsv; threads start apart.
-local counter = 0
-function setup(thread)
-    counter = counter + 1
-    thread:set("id", counter)
-end
-local requests = {}
-local i = 0
-function init(args)
-    for line in io.lines(args[1]) do
-        local token, cursor = line:match("^(%S+)\t(%S+)$")
-        requests[#requests + 1] = wrk.format("GET", "/v1/pull?limit=" .. args[2] .. "&cursor=" .. cursor,
-            { ["Authorization"] = "Bearer " .. token })
-    end
-    i = (id * 37) % #requests
-end
-request = function()
-    i = i % #requests + 1
-    return requests[i]
-end
-LUA
 
 
 # pgbench push: each client looks its device up once (client-side \if, no round trip
@@ -264,7 +245,7 @@ ferry_push_runs=()
 pg_push_runs=()
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for run in $(seq "$RUNS"); do
-    ferry_pull_runs+=("$(measure wrk -s "$tmp/pull.lua" "$base" -- "$tmp/pull.tsv" "$PULL_LIMIT")")
+    ferry_pull_runs+=("$(measure wrk -s bench/pull.lua "$base" -- "$tmp/pull.tsv" "$PULL_LIMIT")")
     pg_pull_runs+=("$(measure pgbench "${pull_scripts[@]}")")
     one_pull_runs+=("$(measure pgbench "${one_scripts[@]}")")
     # Mutation-id numbers: runs apart by far more than a run's requests.

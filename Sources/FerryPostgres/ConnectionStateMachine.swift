@@ -111,10 +111,15 @@ package struct ConnectionStateMachine: Sendable {
     package private(set) var queue: [(OperationID, Request)] = []
     /// Names of the statements prepared on this connection.
     package private(set) var prepared: Set<String> = []
+    /// Whether named statements are prepared (``PostgresConfiguration/preparesStatements``);
+    /// else each is sent unnamed.
+    package let preparesStatements: Bool
     private var queueHead = 0
 
     /// A machine for a connection being opened.
-    package init() {}
+    package init(preparesStatements: Bool = true) {
+        self.preparesStatements = preparesStatements
+    }
 
     /// Whether operations may still succeed on this connection.
     package var isUsable: Bool {
@@ -273,8 +278,10 @@ package struct ConnectionStateMachine: Sendable {
         case .pipeline(let statements):
             var steps: [Step] = []
             var planned: Set<String> = []
-            for statement in statements {
-                if let name = statement.preparedName, !prepared.contains(name), planned.insert(name).inserted {
+            for var statement in statements {
+                if !preparesStatements {
+                    statement.preparedName = nil
+                } else if let name = statement.preparedName, !prepared.contains(name), planned.insert(name).inserted {
                     steps.append(.prepare(name: name, sql: statement.sql, parameterCount: statement.parameters.count))
                 }
                 steps.append(.execute(statement))

@@ -2,7 +2,7 @@ import CLibPQ
 import Foundation
 
 /// Where and how to connect to PostgreSQL: a `postgresql://` URL or a libpq conninfo
-/// string, plus the options Ferry sets on every connection.
+/// string, plus the parameters Ferry sets on every connection.
 ///
 /// The connection string is handed to libpq as is (`expand_dbname`), so every libpq
 /// parameter works (`sslmode`, `host=/var/run/postgresql`, …). The fields below are
@@ -16,17 +16,22 @@ public struct PostgresConfiguration: Sendable, Equatable {
     public var applicationName: String
     /// How long a connection attempt may take, in milliseconds, before it fails.
     public var connectTimeoutMilliseconds: Int
-    /// The server-side `statement_timeout` in milliseconds, applied as a startup option
-    /// (`-c statement_timeout=…`); nil leaves the server's default.
+    /// The server-side `statement_timeout` in milliseconds that the owner's statements set
+    /// per transaction (the gateway's identity statement does), never at start-up: a pooler
+    /// such as pgbouncer refuses the start-up `options` parameter, and in transaction mode
+    /// a session setting would reach other clients' transactions. It also bounds
+    /// ``operationTimeoutMilliseconds`` by default. Nil: no timeout of Ferry's.
     public var statementTimeoutMilliseconds: Int?
-    /// The session `TimeZone`, applied as a startup option (`-c TimeZone=…`): the text
-    /// form of every `timestamptz` the server sends is in it. Nil leaves the server's
-    /// (or the database's, or the role's) setting.
-    public var timeZone: String?
     /// The client-side deadline of one operation in milliseconds, a safety net behind
     /// `statement_timeout`: when it passes, the operation fails with ``PostgresError/Kind/timeout``
     /// and the connection is closed (libpq 15 has no non-blocking cancel). Nil means no deadline.
     public var operationTimeoutMilliseconds: Int?
+    /// Whether statements with a ``PostgresStatement/preparedName`` are prepared under it,
+    /// once per connection. When false every statement is sent unnamed
+    /// (`PQsendQueryParams`: parsed and planned each time), for a pooler in transaction
+    /// mode, where one server connection serves many clients and a named statement one of
+    /// them prepared is missing, or already there, for the next.
+    public var preparesStatements = true
     /// Seconds of idleness before TCP keepalive probes start, so a silently dead peer is noticed.
     public var keepaliveIdleSeconds: Int
 
@@ -81,7 +86,7 @@ public struct PostgresConfiguration: Sendable, Equatable {
 
     /// The keyword/value pairs given to `PQconnectStartParams`; the first is the
     /// connection string itself, expanded by libpq.
-    var startupParameters: [(String, String)] {
+    package var startupParameters: [(String, String)] {
         var pairs: [(String, String)] = [("dbname", connectionString)]
         if let database { pairs.append(("dbname", database)) }
         pairs.append(("application_name", applicationName))
@@ -89,14 +94,6 @@ public struct PostgresConfiguration: Sendable, Equatable {
         pairs.append(("keepalives_idle", String(keepaliveIdleSeconds)))
         pairs.append(("keepalives_interval", "10"))
         pairs.append(("keepalives_count", "3"))
-        var options: [String] = []
-        if let statementTimeoutMilliseconds { options.append("-c statement_timeout=\(statementTimeoutMilliseconds)") }
-        if let timeZone { options.append("-c TimeZone=" + timeZone.replacingOccurrences(of: " ", with: "\\ ")) }
-        if !options.isEmpty {
-            // Keep options the connection string already sets; a later `options` keyword replaces it.
-            let given = parameters["options"].map { [$0] } ?? []
-            pairs.append(("options", (given + options).joined(separator: " ")))
-        }
         return pairs
     }
 }

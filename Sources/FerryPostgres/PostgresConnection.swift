@@ -38,7 +38,7 @@ public final class PostgresConnection {
     /// Socket events handled while connecting, for the timeout's message.
     private var connectEvents = 0
     private var interest: PollEvents = []
-    private var machine = ConnectionStateMachine()
+    private var machine: ConnectionStateMachine
     private var completions: [ConnectionStateMachine.OperationID: Completion] = [:]
     private var nextID: ConnectionStateMachine.OperationID = 0
     private var deadline: Timer?
@@ -48,6 +48,7 @@ public final class PostgresConnection {
     private init(loop: EventLoop, configuration: PostgresConfiguration) {
         self.loop = loop
         self.configuration = configuration
+        machine = ConnectionStateMachine(preparesStatements: configuration.preparesStatements)
     }
 
     /// Whether operations may still succeed (not broken, not closed).

@@ -140,5 +140,6 @@ private struct MisreadQuery: SingleRowQuery {
         let names = GatewayQueries.all.compactMap { $0.preparedName }
         #expect(Set(names).count == names.count, "one name, one SQL: \(names)")
         #expect(!names.contains("ferry_identity"), "the identity statement's name")
+        #expect(!names.contains("ferry_settings"), "the transaction settings' name")
     }
 }

@@ -66,6 +66,21 @@ import Testing
         #expect(machine.enqueue(2, .pipeline([statement])) == .send(.pipeline(2, [.execute(statement)])))
     }
 
+    @Test func withoutPreparingANamedStatementIsSentUnnamed() {
+        var machine = Machine(preparesStatements: false)
+        #expect(machine.connected() == .none)
+        let statement = PostgresStatement("select $1::int", ["1"], preparedName: "pick")
+        let unnamed = PostgresStatement("select $1::int", ["1"])
+        #expect(
+            machine.enqueue(1, .pipeline([statement, statement]))
+                == .send(.pipeline(1, [.execute(unnamed), .execute(unnamed)])))
+        for event: Machine.ResultEvent in [.result(one), .end, .result(one), .end] {
+            #expect(machine.resultReceived(event) == .none)
+        }
+        #expect(machine.resultReceived(.sync) == .complete(.init(id: 1, result: .success([one, one])), next: nil))
+        #expect(machine.prepared.isEmpty)
+    }
+
     @Test func failedPrepareIsNotCached() {
         var machine = connectedMachine()
         let statement = PostgresStatement("selec 1", preparedName: "typo")
@@ -223,6 +238,8 @@ import Testing
         #expect(url.parameters["port"] == "6543")
         #expect(url.database("other").parameters["dbname"] == "other")
         #expect(url.operationTimeoutMilliseconds == 7_000)
+        // pgbouncer refuses a start-up `options` parameter: the timeout is set per transaction.
+        #expect(!url.startupParameters.contains { $0.0 == "options" }, "\(url.startupParameters)")
         let conninfo = try PostgresConfiguration("host=/var/run/postgresql dbname=ferry")
         #expect(conninfo.parameters["dbname"] == "ferry")
         #expect(throws: PostgresError.self) { try PostgresConfiguration("postgresql://[broken") }

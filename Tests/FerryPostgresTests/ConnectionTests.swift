@@ -155,15 +155,36 @@ func connect(on loop: EventLoop, _ configuration: PostgresConfiguration) async t
 
     @Test func statementTimeoutFailsTheStatementAndKeepsTheConnection() async throws {
         try await TestDatabase.with { database in
-            var configuration = database.configuration
-            configuration.statementTimeoutMilliseconds = 200
-            let client = try await PostgresClient.connect(configuration)
-            // 57014 is the server cancelling the statement, not the sleep running out.
+            let client = try await PostgresClient.connect(database.configuration)
+            // Set per transaction, as the gateway does, and in force for the statement
+            // after it in the same pipeline. 57014 is the server cancelling the statement,
+            // not the sleep running out.
             await #expect {
-                try await client.query("select pg_sleep(5)")
+                try await client.pipeline([
+                    PostgresStatement("select set_config('statement_timeout', $1, true)", ["200"]),
+                    "select pg_sleep(5)",
+                ])
             } throws: { ($0 as? PostgresError)?.sqlState == "57014" }
-            #expect(try await client.query("show statement_timeout")[0, 0] == "200ms")
+            #expect(try await client.query("select 1")[0, 0] == "1")
             await client.close()
+        }
+    }
+
+    /// A pooler in transaction mode hands a server connection to other clients between
+    /// transactions: with preparing off, nothing named is left on it.
+    @Test func withoutPreparingNoStatementIsLeftOnTheServer() async throws {
+        try await TestDatabase.with { database in
+            var configuration = database.configuration
+            configuration.preparesStatements = false
+            let client = try await PostgresClient.connect(configuration)
+            let named = PostgresStatement("select $1::int + 1", ["41"], preparedName: "ferry_answer")
+            for _ in 0..<2 { #expect(try await client.query(named)[0, 0] == "42") }
+            #expect(try await client.query("select count(*) from pg_prepared_statements")[0, 0] == "0")
+            await client.close()
+            let preparing = try await PostgresClient.connect(database.configuration)
+            for _ in 0..<2 { #expect(try await preparing.query(named)[0, 0] == "42") }
+            #expect(try await preparing.query("select name from pg_prepared_statements")[0, 0] == "ferry_answer")
+            await preparing.close()
         }
     }
 

@@ -56,6 +56,22 @@ public final class LoopbackSocket {
     }
 }
 
+/// Whether a server accepts connections on `port` of 127.0.0.1 now.
+public func acceptsConnections(onLoopbackPort port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = UInt16(port).bigEndian
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+        }
+    }
+}
+
 /// A free loopback port: bound, read back, released.
 public func freePort() throws -> Int { try LoopbackSocket().port }
 

@@ -70,7 +70,7 @@ public final class SMTPTestServer: Sendable {
             ],
             output: folder + "/server.log", errors: folder + "/server.log")
         try eventuallyBlocking("aiosmtpd listening on \(port) (is python3-aiosmtpd installed? make deps)") {
-            Self.accepts(port: port)
+            acceptsConnections(onLoopbackPort: port)
         }
     }
 
@@ -113,20 +113,5 @@ public final class SMTPTestServer: Sendable {
         let mail = try await mail(to: recipient, count: count)
         guard let code = mail.code else { throw ChildProcessError(description: "no code in mail: \(mail)") }
         return code
-    }
-
-    private static func accepts(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
     }
 }

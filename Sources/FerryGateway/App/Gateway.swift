@@ -20,6 +20,8 @@ public final class Gateway: Sendable {
     private let server: HTTPServer
     private let listener: LoopBound<Listener>
     private let listenerStatus = ListenerStatus()
+    /// Whether the listener receives: a NOTIFY round trip on a channel of its own.
+    private let probe: LoopBound<ListenerProbe>
     /// The in-process tombstone purge on loop 0, when configured.
     private let purger: LoopBound<TombstonePurger>?
     /// The mail sender on loop 0, when an SMTP relay is configured.
@@ -37,11 +39,11 @@ public final class Gateway: Sendable {
     public init(configuration: GatewayConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
+        // Its statement timeout and UTC are set per transaction (TransactionSettings).
         var requestDatabase = try PostgresConfiguration(
             configuration.databaseURL, applicationName: "ferry",
             statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
-        // Every time the API returns is UTC, whatever TimeZone the server, database or role sets.
-        requestDatabase.timeZone = "UTC"
+        requestDatabase.preparesStatements = configuration.preparesStatements
         let database = requestDatabase
         let readDatabases = try configuration.readDatabaseURLs.map { url in
             var replica = try PostgresConfiguration(
@@ -66,6 +68,8 @@ public final class Gateway: Sendable {
             pushBytesPerSecond: configuration.pushBytesPerSecond)
         self.requests = requests
         let made = Mutex<[Int: LoopBound<LoopContext>]>([:])
+        let probeChannel = ListenerProbe.newChannel()
+        let madeProbe = Mutex<LoopBound<ListenerProbe>?>(nil)
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
             let replicas = ReadReplicas(
@@ -76,9 +80,16 @@ public final class Gateway: Sendable {
                 requests: requests, replicas: replicas)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(context, loop: loop) }
+            // The listener's loop, whose pool sends the probe.
+            if index == 0 {
+                let probe = ListenerProbe(loop: loop, pool: pool, channel: probeChannel)
+                madeProbe.withLock { $0 = LoopBound(probe, loop: loop) }
+            }
         }
         let contexts = made.withLock { made in group.loops.indices.map { made[$0]! } }
         self.contexts = contexts
+        let probe = madeProbe.withLock { $0! }
+        self.probe = probe
         let listenerLoop = group.loops[0]
         purger = configuration.purgeTombstonesEverySeconds.map { every in
             LoopBound(
@@ -96,7 +107,8 @@ public final class Gateway: Sendable {
         }
         listener = LoopBound(
             sending: Listener(
-                loop: listenerLoop, configuration: listenDatabase, channels: [Self.cueChannel, Self.revocationChannel]),
+                loop: listenerLoop, configuration: listenDatabase,
+                channels: [Self.cueChannel, Self.revocationChannel, probeChannel]),
             loop: listenerLoop)
         let watermelonRoutes = WatermelonRoutes(
             accounts: accounts, maxPushRecords: configuration.watermelonMaxPushRecords,
@@ -113,7 +125,8 @@ public final class Gateway: Sendable {
             bodyTimeout: .seconds(configuration.bodyTimeoutSeconds))
         http.sharesPort = configuration.sharesPort
         http.trustedProxies = configuration.trustedProxies
-        let routes = OperationsRoutes(contexts: contexts, listenerStatus: listenerStatus, logger: logger)
+        let routes = OperationsRoutes(
+            contexts: contexts, listenerStatus: listenerStatus, probe: probe, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)
         let passwordRoutes = PasswordRoutes(accounts: accounts)
         let syncRoutes = SyncRoutes(
@@ -153,12 +166,14 @@ public final class Gateway: Sendable {
         let accounts = self.accounts
         let contexts = self.contexts
         let context = contexts[0]
+        let probe = self.probe
         listener.loop.execute {
             let connection = listener.value
             let cues = CueBatcher(loop: listener.loop, contexts: contexts, status: status, logger: logger)
             connection.onStateChange = { state in
                 let connected = state == .connected
                 status.isConnected = connected
+                probe.value.forget()
                 logger.log(connected ? .info : .warning, connected ? "listener connected" : "listener disconnected")
                 // Revocations announced while nobody listened would be lost: reload them.
                 // A new connection may be to a promoted replica: note its timeline before
@@ -178,6 +193,8 @@ public final class Gateway: Sendable {
             connection.onNotification = { notification in
                 if notification.channel == Self.cueChannel {
                     cues.add(notification.payload)
+                } else if notification.channel == probe.value.channel {
+                    probe.value.received(notification.payload)
                 } else if notification.channel == Self.revocationChannel,
                     let revocation = accounts.noteRevocation(payload: notification.payload)
                 {
@@ -211,6 +228,25 @@ public final class Gateway: Sendable {
             }
             interruption.sleep(min(remaining, .seconds(1)))
         }
+    }
+
+    /// Waits until the listener listens, then for one ``ListenerProbe`` round trip; nil
+    /// when the listener did not connect within `seconds`, or within 2 s of a signal
+    /// (`interruption`: a signal while starting stops the gateway once it serves, so a
+    /// listener about to connect is waited for). Call off the loops, after ``start()``.
+    func checkListener(seconds: Int, interruption: StartupInterruption) -> ListenerProbe.Outcome? {
+        var deadline = ContinuousClock.now + .seconds(seconds)
+        var interrupted = false
+        while !listenerStatus.isConnected {
+            if !interrupted && interruption.isInterrupted {
+                interrupted = true
+                deadline = min(deadline, ContinuousClock.now + .seconds(2))
+            }
+            if ContinuousClock.now >= deadline { return nil }
+            interruption.sleep(.milliseconds(50))
+        }
+        let probe = self.probe
+        return probe.loop.waitForCallback { done in probe.value.check(done) }
     }
 
     /// One schema check on the first loop's pool, waited for.

@@ -43,6 +43,10 @@ public struct GatewayConfiguration: Sendable {
     public var databaseWaitSeconds: Int
     /// Server-side statement timeout, milliseconds.
     public var statementTimeoutMilliseconds: Int
+    /// Whether the request pools prepare their statements (named, once per connection):
+    /// off for a pooler in transaction mode, where a server connection serves many clients
+    /// and named statements collide (`--prepared-statements off`).
+    public var preparesStatements: Bool
     /// Largest request body accepted, bytes.
     public var maxBodyBytes: Int
     /// Most mutations accepted in one push.
@@ -178,6 +182,9 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "statement-timeout-ms", env: "FERRY_STATEMENT_TIMEOUT_MS", default: "10000",
             help: "server-side statement timeout"),
+        Setting(
+            "prepared-statements", env: "FERRY_PREPARED_STATEMENTS", default: "on",
+            help: "on: statements prepared once per connection; off: unnamed (pgbouncer in transaction mode)"),
         Setting(
             "max-body-bytes", env: "FERRY_MAX_BODY_BYTES", default: "1048576",
             help: "largest request body accepted (larger: 413)"),
@@ -341,6 +348,7 @@ public struct GatewayConfiguration: Sendable {
         poolSize = try values.integer("pool-size", in: 1...1000)!
         databaseWaitSeconds = try values.duration("database-wait", maximumSeconds: 86_400)!
         statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
+        preparesStatements = try values.choice("prepared-statements", ["on", "off"]) == "on"
         maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!
         maxPushMutations = try values.integer("max-push-mutations", in: 1...1_000_000)!
         headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!

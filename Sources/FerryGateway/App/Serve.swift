@@ -69,6 +69,25 @@ extension Gateway {
             logger.log(.error, "could not start", ["error": message])
             return stopBeforeServing(status)
         }
+        switch gateway.checkListener(seconds: configuration.databaseWaitSeconds, interruption: interruption) {
+        case .received:
+            break
+        case let outcome?:
+            logger.log(.error, "could not start", ["error": ListenerProbe.advice(outcome)])
+            return stopBeforeServing(1)
+        case nil:
+            if interruption.isInterrupted {
+                logger.log(.info, "stopped before serving", ["reason": "the listener had not connected"])
+                return stopBeforeServing(0)
+            }
+            logger.log(
+                .error, "could not start",
+                [
+                    "error": "the listener did not connect within \(configuration.databaseWaitSeconds) s: check "
+                        + "FERRY_LISTEN_DATABASE_URL (--listen-database-url, which defaults to FERRY_DATABASE_URL)"
+                ])
+            return stopBeforeServing(1)
+        }
         logger.log(
             .info, "serving",
             [

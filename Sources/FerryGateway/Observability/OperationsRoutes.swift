@@ -5,19 +5,27 @@ import Synchronization
 /// `/healthz`, `/readyz` and `/metrics`: what load balancers and Prometheus ask.
 ///
 /// `/readyz` is ready when the database answers with Ferry's schema at this binary's
-/// version (``SchemaCheck``) and the LISTEN connection is up. Its answer names no
+/// version and is a primary (``SchemaCheck``), the LISTEN connection is up, and it
+/// receives: a NOTIFY it sent itself came back (``ListenerProbe``, kept briefly). Its answer names no
 /// host, port or libpq text (anyone may ask); a change of the database's state is
 /// logged once, with the details and what to do.
 final class OperationsRoutes: Sendable {
     private let contexts: [LoopBound<LoopContext>]
     private let listenerStatus: ListenerStatus
+    private let probe: LoopBound<ListenerProbe>
     private let logger: Logger
     /// The database's state the last `/readyz` found, to log changes only.
     private let lastCheck = Mutex<SchemaCheck?>(nil)
+    /// The listener probe's outcome the last `/readyz` found, to log changes only.
+    private let lastProbe = Mutex<ListenerProbe.Outcome?>(nil)
 
-    init(contexts: [LoopBound<LoopContext>], listenerStatus: ListenerStatus, logger: Logger) {
+    init(
+        contexts: [LoopBound<LoopContext>], listenerStatus: ListenerStatus, probe: LoopBound<ListenerProbe>,
+        logger: Logger
+    ) {
         self.contexts = contexts
         self.listenerStatus = listenerStatus
+        self.probe = probe
         self.logger = logger
     }
 
@@ -32,13 +40,24 @@ final class OperationsRoutes: Sendable {
         router.get("/readyz") { [self] _, responder in
             SchemaCheck.run(on: context.pool) { [self] check in
                 noteChange(check)
-                switch (check, listenerStatus.isConnected) {
-                case (.ready, true):
-                    responder.respond(Self.ready)
-                case (.ready, false):
-                    responder.respond(.error(status: 503, code: "unavailable", message: "listener is not connected"))
-                default:
-                    responder.respond(.error(status: 503, code: "unavailable", message: check.publicMessage))
+                guard check == .ready else {
+                    return responder.respond(.error(status: 503, code: "unavailable", message: check.publicMessage))
+                }
+                guard listenerStatus.isConnected else {
+                    return responder.respond(
+                        .error(status: 503, code: "unavailable", message: "listener is not connected"))
+                }
+                let answering = LoopBound(responder, loop: responder.loop)
+                probe.loop.execute { [self] in
+                    probe.value.check { [self] outcome in
+                        noteChange(outcome)
+                        answering.loop.execute {
+                            answering.value.respond(
+                                outcome == .received
+                                    ? Self.ready
+                                    : .error(status: 503, code: "unavailable", message: outcome.publicMessage))
+                        }
+                    }
                 }
             }
         }
@@ -50,15 +69,26 @@ final class OperationsRoutes: Sendable {
     /// Logs the database's state when it differs from what the previous probe found:
     /// a warning with the advice when it is not ready, a line when it is again.
     private func noteChange(_ check: SchemaCheck) {
-        let previous = lastCheck.withLock { last in
-            defer { last = check }
+        noteChange(check, since: lastCheck, ready: .ready) { $0.advice }
+    }
+
+    /// Logs the listener probe's outcome when it differs from the previous probe's.
+    private func noteChange(_ outcome: ListenerProbe.Outcome) {
+        noteChange(outcome, since: lastProbe, ready: .received, advice: ListenerProbe.advice)
+    }
+
+    private func noteChange<State: Equatable & Sendable>(
+        _ state: State, since last: borrowing Mutex<State?>, ready: State, advice: (State) -> String
+    ) {
+        let previous = last.withLock { last in
+            defer { last = state }
             return last
         }
-        guard previous != check else { return }
-        if check != .ready {
-            logger.log(.warning, "not ready", ["reason": check.advice])
+        guard previous != state else { return }
+        if state != ready {
+            logger.log(.warning, "not ready", ["reason": advice(state)])
         } else if previous != nil {
-            logger.log(.info, "ready again", ["reason": check.advice])
+            logger.log(.info, "ready again", ["reason": advice(state)])
         }
     }
 

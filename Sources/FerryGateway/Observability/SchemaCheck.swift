@@ -1,7 +1,8 @@
 import FerryPostgres
 
 /// Whether the gateway's database can serve this binary: it answers, its
-/// `ferry.schema_version()` is at least ``Ferry/requiredSchemaVersion``, and its
+/// `ferry.schema_version()` is at least ``Ferry/requiredSchemaVersion``, it is a primary
+/// (`pg_is_in_recovery()` false), and its
 /// history is not a logical restore left unfinished (`ferry.note_history()`, which
 /// also notes a new timeline). `ferry serve` asks before it serves, `/readyz` on every
 /// probe, and the gateway whenever its listener connects (after a failover, say).
@@ -12,6 +13,8 @@ import FerryPostgres
 enum SchemaCheck: Equatable, Sendable {
     /// The schema is at this binary's version or newer.
     case ready
+    /// The database is in recovery (a standby): it refuses every write.
+    case standby
     /// No connection (refused, unknown database or role, authentication, timeout):
     /// libpq's text, for the log only.
     case unreachable(String)
@@ -55,9 +58,11 @@ enum SchemaCheck: Equatable, Sendable {
     init(_ result: Result<SchemaVersion.Answer, QueryFailure>) {
         switch result {
         case .success(let answer):
-            self = answer.version >= Ferry.requiredSchemaVersion ? .ready : .behind(answer.version)
+            self =
+                answer.version < Ferry.requiredSchemaVersion
+                ? .behind(answer.version) : answer.inRecovery ? .standby : .ready
         case .failure(.shape):
-            self = .failed("ferry.schema_version() answered no integer")
+            self = .failed("ferry.schema_version() answered no integer, or pg_is_in_recovery() no boolean")
         case .failure(.database(let error)):
             switch (error.kind, error.sqlState) {
             case (.server, SQLState.invalidSchemaName), (.server, SQLState.undefinedFunction): self = .notMigrated
@@ -76,6 +81,7 @@ enum SchemaCheck: Equatable, Sendable {
         case .unreachable, .failed: "database is not reachable"
         case .notMigrated, .behind, .versionNotPermitted: "database schema is not at this gateway's version"
         case .restored: "database restore is not finished"
+        case .standby: "database is a standby (in recovery), not a primary"
         }
     }
 
@@ -102,6 +108,10 @@ enum SchemaCheck: Equatable, Sendable {
             return "the database was restored from a logical dump (pg_dump) into another cluster or database, "
                 + "whose transaction ids mean something else: cursors would miss rows. Run `ferry restore-finish` "
                 + "once, as the database owner (docs/OPERATIONS.md, \"Backups and restores\")"
+        case .standby:
+            return "the database is in recovery (pg_is_in_recovery() is true): a standby refuses every write. Point "
+                + "FERRY_DATABASE_URL at the primary (haproxy on Patroni's /primary check, say); after a failover "
+                + "the gateway is ready again once its connections reach the new primary"
         case .failed(let description):
             return "the schema check failed: \(description)"
         }

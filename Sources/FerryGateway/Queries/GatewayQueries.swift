@@ -12,7 +12,7 @@ enum GatewayQueries {
             Push.self, Pull.self, TableSchema.self, PrimaryHistory.self, ReplicaCaughtUp.self,
             WatermelonPullOpen.self, WatermelonPush.self,
             ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,
-            SchemaVersion.self, PurgeTombstones.self,
+            SchemaVersion.self, NotifyListenerProbe.self, PurgeTombstones.self,
             ClaimMail.self, MailSent.self, MailFailed.self,
         ]
     }

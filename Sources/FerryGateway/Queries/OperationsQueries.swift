@@ -6,17 +6,36 @@ import FerryPostgres
 /// Unnamed: it runs against databases that may not have the function yet.
 struct SchemaVersion: SingleRowQuery {
     static let preparedName: String? = nil
-    static let sql = "select ferry.schema_version() as version"
-    static let columns = ["version"]
+    static let sql = "select ferry.schema_version() as version, pg_catalog.pg_is_in_recovery() as in_recovery"
+    static let columns = ["version", "in_recovery"]
 
     var parameters: [String?] { [] }
 
     struct Answer: QueryRowDecodable {
         var version: Int
+        /// A standby (hot or promoting): it answers reads, refuses every write.
+        var inRecovery: Bool
 
         init(_ row: QueryRow) throws(QueryShapeError) {
             version = try row.decode("version")
+            inRecovery = try row.decode("in_recovery")
         }
+    }
+}
+
+/// `pg_notify` on the listener's private probe channel, sent through a request pool: the
+/// listener must receive it (``ListenerProbe``).
+struct NotifyListenerProbe: SingleRowQuery {
+    static let preparedName: String? = "ferry_notify_probe"
+    static let sql = "select pg_catalog.pg_notify($1, $2)::text as sent"
+    static let columns = ["sent"]
+
+    var channel: String
+    var payload: String
+    var parameters: [String?] { [channel, payload] }
+
+    struct Answer: QueryRowDecodable {
+        init(_ row: QueryRow) throws(QueryShapeError) {}
     }
 }
 

@@ -39,7 +39,7 @@ extension LoopContext {
         _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void
     ) {
         let requests = self.requests
-        pool.pipeline([identity.statement, query.statement]) { outcome in
+        pool.pipeline([identity.statement(timeout: pool.statementTimeoutSetting), query.statement]) { outcome in
             requests.finish(identity)
             // The identity statement's result is left out.
             completion(Query.decode(outcome.map { $0[1] }))
@@ -70,9 +70,13 @@ extension LoopContext {
 
 extension PostgresPool {
     /// Runs `query` as the gateway's own role, one statement with no caller (sign-up,
-    /// refresh, sign-in, and the gateway's own tasks). Calls back on the pool's loop.
+    /// refresh, sign-in, and the gateway's own tasks), after the ``TransactionSettings`` in
+    /// the same pipeline. Calls back on the pool's loop.
     func run<Query: DatabaseQuery>(_ query: Query, _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void)
     {
-        self.query(query.statement) { completion(Query.decode($0)) }
+        pipeline([TransactionSettings.statement(timeout: statementTimeoutSetting), query.statement]) { outcome in
+            // The settings' result is left out.
+            completion(Query.decode(outcome.map { $0[1] }))
+        }
     }
 }

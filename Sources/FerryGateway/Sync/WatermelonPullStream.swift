@@ -90,7 +90,8 @@ final class WatermelonPullStream: TCPConnectionDelegate {
                 connection = leasedConnection
             }
             let statements = [
-                WatermelonPullCursor.begin, caller.statement, pull.statement,
+                WatermelonPullCursor.begin, caller.statement(timeout: context.pool.statementTimeoutSetting),
+                pull.statement,
                 WatermelonPullCursor.fetch(firstBatchRows),
             ]
             connection.pipeline(statements) { outcome in

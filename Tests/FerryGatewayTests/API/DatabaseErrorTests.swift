@@ -107,6 +107,24 @@ import Testing
         }
     }
 
+    /// The gateway's own statements (here a sign-up, no caller) set the timeout per
+    /// transaction too, as a caller's identity statement does: no start-up option carries it.
+    @Test func aStatementTimeoutCutsTheGatewaysOwnStatements() async throws {
+        try await withItems(arguments: ["--statement-timeout-ms", "500"]) { server, _ in
+            try await server.database.admin.execute(
+                """
+                create function public.slow_sign_up() returns trigger language plpgsql as $$
+                begin perform pg_sleep(30); return new; end $$;
+                create trigger slow_sign_up before insert on ferry.users for each row
+                    execute function public.slow_sign_up();
+                """)
+            let signUp = try await server.call(
+                "POST", "/v1/auth/anonymous", json: ["device_id": UUID().uuidString.lowercased()])
+            expectUnavailable(signUp)
+            #expect(try await server.database.sleepingBackends() == 0, "cut by the server, not the client's deadline")
+        }
+    }
+
     @Test func aBackendKilledMidClaimIsUnavailable() async throws {
         try await withItems { server, device in
             let locker = try await server.database.database.connect()

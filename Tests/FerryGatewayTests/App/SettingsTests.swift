@@ -25,6 +25,16 @@ import Testing
         #expect(configuration.port == 8080)
         #expect(configuration.listenDatabaseURL == configuration.databaseURL)
         #expect(configuration.logFormat == .text)
+        #expect(configuration.preparesStatements)
+    }
+
+    @Test func preparedStatementsAreOnOrOff() throws {
+        #expect(
+            try !configuration([], environment: Self.environment.merging(["FERRY_PREPARED_STATEMENTS": "off"]) { $1 })
+                .preparesStatements)
+        #expect(try configuration(["--prepared-statements", "on"]).preparesStatements)
+        let error = #expect(throws: SettingsError.self) { try configuration(["--prepared-statements", "no"]) }
+        #expect(error?.description.contains("FERRY_PREPARED_STATEMENTS") == true, "\(String(describing: error))")
     }
 
     @Test func flagsWinOverEnvironmentVariables() throws {

@@ -340,7 +340,7 @@ import Testing
             #expect(try await status(tablet, "select ferry.claim_lock('games', 'current')") == "ok")
             #expect(try await inbox.drain(database.admin) == ["\(users[0]) tablet games"])
             try await tablet.client.execute("begin")
-            try await tablet.client.query(tablet.identity.statement)
+            try await tablet.client.query(tablet.identityStatement)
             try await tablet.client.query("select ferry.heartbeat_lock('games', 'current')")
             try await tablet.client.query("select ferry.release_lock('games', 'current')")
             try await tablet.client.execute("commit")

@@ -50,6 +50,16 @@ struct AccountsDatabase: Sendable {
         try await admin.query(sql, parameters).rows.map(\.values)
     }
 
+    /// Backends of this database in `pg_sleep` now: a statement that the server's
+    /// `statement_timeout` cut leaves none, one that only the client's deadline gave up on
+    /// still sleeps.
+    func sleepingBackends() async throws -> Int {
+        Int(
+            try await value(
+                "select count(*) from pg_stat_activity where datname = current_database() and wait_event = 'PgSleep'")
+                ?? "") ?? -1
+    }
+
     /// The single value `sql` returns, read as the superuser.
     func value(_ sql: String, _ parameters: [String?] = []) async throws -> String? {
         let result = try await admin.query(sql, parameters)
@@ -154,10 +164,13 @@ struct RequestConnection: Sendable {
         Identity(userID: user, sessionID: UUID().uuidString.lowercased(), deviceID: device, isAnonymous: true)
     }
 
+    /// The identity statement as the gateway sends it, with its default statement timeout.
+    var identityStatement: PostgresStatement { identity.statement(timeout: "10000") }
+
     /// Runs `sql` as this user and device.
     @discardableResult
     func query(_ sql: String, _ parameters: [String?] = []) async throws -> PostgresResult {
-        try await client.pipeline([identity.statement, PostgresStatement(sql, parameters)])[1]
+        try await client.pipeline([identityStatement, PostgresStatement(sql, parameters)])[1]
     }
 
     /// `ferry.push` with `{"mutations": mutations}`.

@@ -168,6 +168,19 @@ import Testing
             let standby = try ScratchCluster.baseBackup(of: primary, standby: true)
             defer { standby.remove() }
             try standby.start()
+            // A hot standby answers the schema check but refuses every write: not ready.
+            try await withStartedGateway(databaseURL: standby.url(database: "ferry", user: "ferry_gateway")) {
+                gateway, port in
+                _ = try await eventually("the standby's schema check", seconds: 60) {
+                    let check = try await offload {
+                        gateway.waitForDatabase(seconds: 0, interruption: StartupInterruption())
+                    }
+                    return check == .standby ? check : nil
+                }
+                let readyz = try get("/readyz", port: port)
+                #expect(readyz.status == 503, "\(readyz.text)")
+                #expect(readyz.text.contains("database is a standby (in recovery), not a primary"), "\(readyz.text)")
+            }
 
             let (alice, kept, lost) = try await withServingGateway(
                 primary.url(database: "ferry", user: "ferry_gateway"), database: database

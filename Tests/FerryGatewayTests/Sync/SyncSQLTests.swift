@@ -429,7 +429,7 @@ import Testing
             // The first push holds its transaction open; the second must wait for it.
             let first = try await database.connectAsClient(user: a)
             try await first.client.execute("begin")
-            try await first.client.query(first.identity.statement)
+            try await first.client.query(first.identityStatement)
             try await first.client.query("select ferry.push($1::jsonb)", [body])
             let firstPID = await first.client.backendPID()
 
