@@ -49,7 +49,7 @@ public final class Gateway: Sendable {
             var replica = try PostgresConfiguration(
                 url, applicationName: "ferry-read",
                 statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
-            replica.timeZone = requestDatabase.timeZone
+            replica.preparesStatements = requestDatabase.preparesStatements
             return replica
         }
         let listenDatabase = try PostgresConfiguration(

@@ -115,7 +115,10 @@ extension LoopContext {
         }
         replicas.primaryHistory { [self] history in
             guard case .success(let history) = history else { return onPrimary(.error) }
-            let statements = [ReplicaCaughtUp(primaryHistory: history).statement, identity.statement, query.statement]
+            let statements = [
+                ReplicaCaughtUp(primaryHistory: history).statement,
+                identity.statement(timeout: pool.statementTimeoutSetting), query.statement,
+            ]
             guard let replica = replicas.nextReplica() else { return onPrimary(.error) }
             let pool = replicas.pools[replica]
             let logReachable = { [self] (reachable: Bool, error: PostgresError?) in
