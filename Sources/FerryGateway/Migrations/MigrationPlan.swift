@@ -35,6 +35,10 @@ public struct MigrationPlan: Sendable, Equatable {
     /// that its directory does not have: the database was migrated by an earlier version
     /// of Ferry, whose history this one does not continue. A run refuses it.
     public let earlierHistory: [String]
+    /// Whether those rows are a newer version's: every numbered file of Ferry's own
+    /// directory is applied, and the rows it lacks all come after its last. A rollback's
+    /// older binary meets this; its `ferry migrate` must not run.
+    public let historyIsNewer: Bool
 
     /// The files a run applies, in order: the pending ones, and the repeatable ones that changed.
     public var pending: [Migration] {
@@ -92,12 +96,27 @@ public struct MigrationPlan: Sendable, Equatable {
         }
         self.entries = entries + elsewhere
         self.earlierHistory = earlierHistory
+        let ferryNumbered = migrations.map(\.name).filter { $0.hasPrefix(ferry) && !$0.hasPrefix(ferryFunctions) }
+        let appliedNames = Set(entries.compactMap { if case .applied = $0.state { $0.name } else { nil } })
+        let lastOnDisk = ferryNumbered.max() ?? ""
+        historyIsNewer =
+            !earlierHistory.isEmpty && earlierHistory.allSatisfy { $0 > lastOnDisk }
+            && ferryNumbered.allSatisfy(appliedNames.contains)
     }
 
     /// Why a run applies nothing, when it refuses: a database migrated by an earlier
     /// version of Ferry, or a numbered file changed after it was applied. Nil when a run
     /// may go ahead.
     public var refusal: MigrationError? {
+        if let first = earlierHistory.first, historyIsNewer {
+            let others = earlierHistory.count > 1 ? " and \(earlierHistory.count - 1) more" : ""
+            return MigrationError(
+                "this database was migrated by a newer version of Ferry: its ledger records \(first)\(others), "
+                    + "which comes after this version's last migration. An older version must not migrate it (it "
+                    + "would put back its older functions); its `ferry serve` serves the newer schema as it is "
+                    + "(docs/DEPLOY.md, \"Rollback\"), or run the newer version's `ferry migrate`",
+                migrationName: first)
+        }
         if let first = earlierHistory.first {
             let others = earlierHistory.count > 1 ? " and \(earlierHistory.count - 1) more" : ""
             return MigrationError(

@@ -330,6 +330,7 @@ import Testing
                 "insert into ferry.schema_migrations (name, checksum) values ('ferry/0002_old_history.sql', 'x')")
             let plan = try await migrator.plan(client)
             #expect(plan.earlierHistory == ["ferry/0002_old_history.sql"])
+            #expect(!plan.historyIsNewer, "0002_b.sql is not applied: an earlier history, not a newer one")
             #expect(plan.statusLines.contains { $0.hasPrefix("missing  ferry/0002_old_history.sql  applied 20") })
             #expect(plan.statusLines.last?.contains("ferry db reset") == true, "\(plan.statusLines)")
             let error = await #expect(throws: MigrationError.self) { try await migrator.migrate(client) }
@@ -337,6 +338,29 @@ import Testing
             #expect(error?.description.contains("migrated by an earlier version of Ferry") == true)
             #expect(error?.description.contains("`ferry db reset`") == true)
             #expect(try await tableExists(client, "b") == false, "nothing applies")
+        }
+    }
+
+    /// A rollback: an older binary meets a ledger that has every one of its numbered
+    /// files and more after them. It refuses, saying a newer version migrated it and that
+    /// the older `ferry serve` serves it as it is; nothing applies.
+    @Test func aDatabaseMigratedByANewerVersionIsRefusedSayingToServeItAsItIs() async throws {
+        try await withMigrations(["0001_a.sql": "create table a (id int);"], label: "ferry") { _, client, migrations in
+            let migrator = Migrator(directories: [MigrationDirectory(path: migrations.directory.path)])
+            try await migrator.migrate(client)
+            _ = try await client.query(
+                "insert into ferry.schema_migrations (name, checksum) values ('ferry/0002_newer.sql', 'x')")
+            try migrations.write(
+                "functions/f.sql", "create function public.f() returns int language sql as 'select 1';")
+            let plan = try await migrator.plan(client)
+            #expect(plan.historyIsNewer)
+            let error = await #expect(throws: MigrationError.self) { try await migrator.migrate(client) }
+            #expect(
+                error?.description.contains("migrated by a newer version of Ferry") == true,
+                "\(String(describing: error))")
+            #expect(error?.description.contains("Rollback") == true)
+            #expect(
+                try await client.query("select to_regprocedure('public.f()') is null")[0, 0] == "t", "nothing applies")
         }
     }
 
