@@ -8,8 +8,12 @@ import Synchronization
 /// restore into a fresh cluster, a replica promoted, a point-in-time recovery. Made with
 /// the test server's own `initdb` (its major version) in a temporary folder, trusting
 /// loopback, on a port of `FERRY_TEST_SCRATCH_PORTS` (`first-last`, default
-/// 25460-25469) that nothing listens on. As root, the server programs run as `postgres`,
+/// 25460-25475) that nothing listens on. As root, the server programs run as `postgres`,
 /// as `ferry db start` runs them. ``remove()`` stops it and deletes its folder.
+///
+/// The programs run to their end off Swift's concurrency pool (``run(_:_:timeout:)``):
+/// an initdb or a base backup takes seconds, and the pool has one thread per core,
+/// shared by every test running at once.
 struct ScratchCluster: Sendable {
     /// The data directory.
     let dataDirectory: String
@@ -18,10 +22,10 @@ struct ScratchCluster: Sendable {
     let binaries: String
 
     /// A new, stopped cluster with `settings` appended to its postgresql.conf.
-    static func create(binaries: String, settings: String = "") throws -> ScratchCluster {
+    static func create(binaries: String, settings: String = "") async throws -> ScratchCluster {
         let cluster = ScratchCluster(
-            dataDirectory: try makeFolder() + "/data", port: try takePort(), binaries: binaries)
-        try cluster.runServerProgram(
+            dataDirectory: try makeFolder() + "/data", port: try await takePort(), binaries: binaries)
+        try await cluster.runServerProgram(
             "initdb", ["-D", cluster.dataDirectory, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"])
         try cluster.appendSettings(settings)
         return cluster
@@ -29,10 +33,10 @@ struct ScratchCluster: Sendable {
 
     /// A copy of `primary` by `pg_basebackup` (streaming the WAL it needs), stopped; with
     /// `standby`, set up to follow `primary` (`-R`).
-    static func baseBackup(of primary: ScratchCluster, standby: Bool) throws -> ScratchCluster {
+    static func baseBackup(of primary: ScratchCluster, standby: Bool) async throws -> ScratchCluster {
         let copy = ScratchCluster(
-            dataDirectory: try makeFolder() + "/data", port: try takePort(), binaries: primary.binaries)
-        try copy.runServerProgram(
+            dataDirectory: try makeFolder() + "/data", port: try await takePort(), binaries: primary.binaries)
+        try await copy.runServerProgram(
             "pg_basebackup",
             ["-D", copy.dataDirectory, "-h", "127.0.0.1", "-p", String(primary.port), "-U", "postgres", "-X", "stream"]
                 + (standby ? ["-R"] : []))
@@ -48,8 +52,8 @@ struct ScratchCluster: Sendable {
         try await PostgresClient.connect(try PostgresConfiguration(url(database: database)))
     }
 
-    func start() throws {
-        try runServerProgram(
+    func start() async throws {
+        try await runServerProgram(
             "pg_ctl",
             [
                 "start", "-D", dataDirectory, "-w", "-t", "120", "-l", dataDirectory + "/../server.log",
@@ -58,13 +62,13 @@ struct ScratchCluster: Sendable {
     }
 
     /// `pg_ctl stop` in `mode` (`fast`, `immediate`: a crash).
-    func stop(mode: String = "fast") throws {
-        try runServerProgram("pg_ctl", ["stop", "-D", dataDirectory, "-w", "-t", "120", "-m", mode])
+    func stop(mode: String = "fast") async throws {
+        try await runServerProgram("pg_ctl", ["stop", "-D", dataDirectory, "-w", "-t", "120", "-m", mode])
     }
 
     /// Promotes a standby and waits until it accepts writes.
-    func promote() throws {
-        try runServerProgram("pg_ctl", ["promote", "-D", dataDirectory, "-w", "-t", "120"])
+    func promote() async throws {
+        try await runServerProgram("pg_ctl", ["promote", "-D", dataDirectory, "-w", "-t", "120"])
     }
 
     /// Appends `settings` to postgresql.conf.
@@ -79,28 +83,40 @@ struct ScratchCluster: Sendable {
     func writeFile(_ name: String, _ text: String) throws {
         let path = dataDirectory + "/" + name
         try Data(text.utf8).write(to: URL(fileURLWithPath: path))
-        if getuid() == 0 { try Self.run("/bin/chown", ["postgres:postgres", path]) }
+        if getuid() == 0 { try Self.runBlocking("/bin/chown", ["postgres:postgres", path]) }
     }
 
     /// Stops it if it runs (a crash is enough) and deletes its folder.
     func remove() {
-        try? runServerProgram("pg_ctl", ["stop", "-D", dataDirectory, "-w", "-m", "immediate"])
+        // In a defer, so it blocks: an immediate stop is quick.
+        let (program, arguments) = serverProgram("pg_ctl", ["stop", "-D", dataDirectory, "-w", "-m", "immediate"])
+        try? Self.runBlocking(program, arguments)
         try? FileManager.default.removeItem(atPath: (dataDirectory as NSString).deletingLastPathComponent)
         _ = Self.taken.withLock { $0.remove(port) }
     }
 
-    /// A server program (initdb, pg_ctl, pg_basebackup) of `binaries`, as `postgres` when root.
-    func runServerProgram(_ name: String, _ arguments: [String]) throws {
-        let program = binaries + "/" + name
-        if getuid() == 0 {
-            try Self.run("/usr/sbin/runuser", ["-u", "postgres", "--", program] + arguments)
-        } else {
-            try Self.run(program, arguments)
-        }
+    /// Runs a server program (initdb, pg_ctl, pg_basebackup) of `binaries`, as `postgres`
+    /// when root.
+    func runServerProgram(_ name: String, _ arguments: [String]) async throws {
+        let (program, arguments) = serverProgram(name, arguments)
+        try await Self.run(program, arguments)
     }
 
-    /// Runs a program to its end; throws with its output unless it exits 0.
-    static func run(_ executable: String, _ arguments: [String], timeout: Double = 180) throws {
+    private func serverProgram(_ name: String, _ arguments: [String]) -> (String, [String]) {
+        let program = binaries + "/" + name
+        return getuid() == 0
+            ? ("/usr/sbin/runuser", ["-u", "postgres", "--", program] + arguments) : (program, arguments)
+    }
+
+    /// Runs a program to its end on a thread of its own; throws with its output unless it
+    /// exits 0.
+    static func run(_ executable: String, _ arguments: [String], timeout: Double = 180) async throws {
+        try await offload { try runBlocking(executable, arguments, timeout: timeout) }
+    }
+
+    /// ``run(_:_:timeout:)`` on the calling thread, for what is quick (chown) or cannot wait
+    /// (a defer).
+    private static func runBlocking(_ executable: String, _ arguments: [String], timeout: Double = 180) throws {
         let (status, output) = try ChildProcess.run(executable, arguments, timeout: timeout)
         guard status == 0 else {
             throw ScratchClusterError(
@@ -112,28 +128,34 @@ struct ScratchCluster: Sendable {
     private static func makeFolder() throws -> String {
         let folder = "/tmp/ferry-scratch-\(UUID().uuidString.prefix(8).lowercased())"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
-        if getuid() == 0 { try run("/bin/chown", ["postgres:postgres", folder]) }
+        if getuid() == 0 { try runBlocking("/bin/chown", ["postgres:postgres", folder]) }
         return folder
     }
 
     /// Ports handed out in this run, so that parallel tests never take the same one.
     private static let taken = Mutex<Set<Int>>([])
 
-    private static func takePort() throws -> Int {
-        let range = ProcessInfo.processInfo.environment["FERRY_TEST_SCRATCH_PORTS"] ?? "25460-25469"
+    /// A port of the range no cluster of this process holds and nothing listens on; when
+    /// every one is taken, waits (at most ten minutes) for a test to remove its cluster.
+    /// A test holds at most two, so with fewer such tests than ports none waits for ever.
+    private static func takePort() async throws -> Int {
+        let range = ProcessInfo.processInfo.environment["FERRY_TEST_SCRATCH_PORTS"] ?? "25460-25475"
         let bounds = range.split(separator: "-").compactMap { Int($0) }
         guard bounds.count == 2, bounds[0] <= bounds[1] else {
             throw ScratchClusterError("FERRY_TEST_SCRATCH_PORTS must be first-last, not \(range)")
         }
-        let port = taken.withLock { taken -> Int? in
-            for port in bounds[0]...bounds[1] where !taken.contains(port) && isFree(port) {
-                taken.insert(port)
-                return port
+        for _ in 0..<3000 {
+            let port = taken.withLock { taken -> Int? in
+                for port in bounds[0]...bounds[1] where !taken.contains(port) && isFree(port) {
+                    taken.insert(port)
+                    return port
+                }
+                return nil
             }
-            return nil
+            if let port { return port }
+            try await Task.sleep(for: .milliseconds(200))
         }
-        guard let port else { throw ScratchClusterError("no free port in FERRY_TEST_SCRATCH_PORTS (\(range))") }
-        return port
+        throw ScratchClusterError("no free port in FERRY_TEST_SCRATCH_PORTS (\(range)) for ten minutes")
     }
 
     /// Whether 127.0.0.1:`port` can be bound now.

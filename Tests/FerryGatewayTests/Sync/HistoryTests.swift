@@ -99,21 +99,22 @@ import Testing
 
             let binaries = (try await source.database.database.serverProgram("initdb") as NSString)
                 .deletingLastPathComponent
-            let target = try ScratchCluster.create(binaries: binaries)
+            let target = try await ScratchCluster.create(binaries: binaries)
             defer { target.remove() }
-            try target.start()
+            try await target.start()
             // The restore: roles first (they belong to the cluster), then the database.
             let folder = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-dump-\(UUID())")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: folder) }
             let sourceURL = try TestDatabase.url(source.database.gatewayURL, user: "postgres")
-            try ScratchCluster.run(
+            try await ScratchCluster.run(
                 binaries + "/pg_dumpall",
                 ["--roles-only", "-d", sourceURL, "-f", folder.path + "/roles.sql"])
-            try ScratchCluster.run(binaries + "/pg_dump", ["-Fc", "-d", sourceURL, "-f", folder.path + "/ferry.dump"])
-            try ScratchCluster.run(
+            try await ScratchCluster.run(
+                binaries + "/pg_dump", ["-Fc", "-d", sourceURL, "-f", folder.path + "/ferry.dump"])
+            try await ScratchCluster.run(
                 binaries + "/psql", ["-q", "-d", target.url(database: "postgres"), "-f", folder.path + "/roles.sql"])
-            try ScratchCluster.run(
+            try await ScratchCluster.run(
                 binaries + "/pg_restore",
                 ["--create", "--exit-on-error", "-d", target.url(database: "postgres"), folder.path + "/ferry.dump"])
             let restoredName = try #require(URLComponents(string: sourceURL)?.path.dropFirst()).description
@@ -161,13 +162,13 @@ import Testing
     @Test func aPromotedReplicaKeepsCursorsItHasTheHistoryOfAndExpiresTheOthers() async throws {
         try await AccountsDatabase.with { database in
             let binaries = (try await database.database.serverProgram("initdb") as NSString).deletingLastPathComponent
-            let primary = try ScratchCluster.create(binaries: binaries)
+            let primary = try await ScratchCluster.create(binaries: binaries)
             defer { primary.remove() }
-            try primary.start()
+            try await primary.start()
             try await migrate(primary)
-            let standby = try ScratchCluster.baseBackup(of: primary, standby: true)
+            let standby = try await ScratchCluster.baseBackup(of: primary, standby: true)
             defer { standby.remove() }
-            try standby.start()
+            try await standby.start()
             // A hot standby answers the schema check but refuses every write: not ready.
             try await withStartedGateway(databaseURL: standby.url(database: "ferry", user: "ferry_gateway")) {
                 gateway, port in
@@ -193,15 +194,15 @@ import Testing
                 let kept = try #require(try await gateway.pull(alice, cursor: first).cursor)
                 try await waitForReplay(primary, standby)
                 // The standby goes away; what the primary acknowledges now, it never gets.
-                try standby.stop()
+                try await standby.stop()
                 try await gateway.push(alice, upsert(5...5, from: 5))
                 let lost = try await gateway.pull(alice, cursor: kept)
                 #expect(ids(lost) == ["i-5"])
                 return (alice, kept, try #require(lost.cursor))
             }
-            try primary.stop(mode: "immediate")
-            try standby.start()
-            try standby.promote()
+            try await primary.stop(mode: "immediate")
+            try await standby.start()
+            try await standby.promote()
 
             try await withServingGateway(standby.url(database: "ferry", user: "ferry_gateway"), database: database) {
                 gateway in
@@ -226,9 +227,9 @@ import Testing
         try await AccountsDatabase.with { database in
             let binaries = (try await database.database.serverProgram("initdb") as NSString).deletingLastPathComponent
             // The gateway's commits are not flushed for 10 s: a crash loses them.
-            let cluster = try ScratchCluster.create(binaries: binaries, settings: "wal_writer_delay = 10s")
+            let cluster = try await ScratchCluster.create(binaries: binaries, settings: "wal_writer_delay = 10s")
             defer { cluster.remove() }
-            try cluster.start()
+            try await cluster.start()
             try await migrate(cluster)
             let admin = try await cluster.connect(database: "ferry")
             _ = try await admin.query("alter role ferry_gateway set synchronous_commit = off")
@@ -244,8 +245,8 @@ import Testing
                 return (alice, kept, lost)
             }
             await admin.close()
-            try cluster.stop(mode: "immediate")
-            try cluster.start()
+            try await cluster.stop(mode: "immediate")
+            try await cluster.start()
             // WAL past where the lost cursor was made: only the start it predates expires it.
             let padding = try await cluster.connect(database: "ferry")
             _ = try await padding.query("create table padding as select generate_series(1, 20000) n")
@@ -271,13 +272,13 @@ import Testing
             let archive = "/tmp/ferry-archive-\(UUID().uuidString.prefix(8).lowercased())"
             try FileManager.default.createDirectory(atPath: archive, withIntermediateDirectories: false)
             defer { try? FileManager.default.removeItem(atPath: archive) }
-            if getuid() == 0 { try ScratchCluster.run("/bin/chown", ["postgres:postgres", archive]) }
-            let primary = try ScratchCluster.create(
+            if getuid() == 0 { try await ScratchCluster.run("/bin/chown", ["postgres:postgres", archive]) }
+            let primary = try await ScratchCluster.create(
                 binaries: binaries, settings: "archive_mode = on\narchive_command = 'cp %p \(archive)/%f'")
             defer { primary.remove() }
-            try primary.start()
+            try await primary.start()
             try await migrate(primary)
-            let backup = try ScratchCluster.baseBackup(of: primary, standby: false)
+            let backup = try await ScratchCluster.baseBackup(of: primary, standby: false)
             defer { backup.remove() }
 
             let (alice, kept, lost) = try await withServingGateway(
@@ -295,7 +296,7 @@ import Testing
                 await admin.close()
                 return (alice, kept, lost)
             }
-            try primary.stop()
+            try await primary.stop()
             try backup.appendSettings(
                 """
                 port = \(backup.port)
@@ -305,7 +306,7 @@ import Testing
                 recovery_target_action = 'promote'
                 """)
             try backup.writeFile("recovery.signal", "")
-            try backup.start()
+            try await backup.start()
 
             try await withServingGateway(backup.url(database: "ferry", user: "ferry_gateway"), database: database) {
                 gateway in

@@ -21,13 +21,13 @@ import Testing
     ) async throws {
         try await AccountsDatabase.with { database in
             let binaries = (try await database.database.serverProgram("initdb") as NSString).deletingLastPathComponent
-            let primary = try ScratchCluster.create(binaries: binaries)
+            let primary = try await ScratchCluster.create(binaries: binaries)
             defer { primary.remove() }
-            try primary.start()
+            try await primary.start()
             try await history.migrate(primary)
-            let standby = try ScratchCluster.baseBackup(of: primary, standby: true)
+            let standby = try await ScratchCluster.baseBackup(of: primary, standby: true)
             defer { standby.remove() }
-            try standby.start()
+            try await standby.start()
             try await history.waitForReplay(primary, standby)
             let replica = try await standby.connect(database: "ferry")
             do {
@@ -192,8 +192,8 @@ import Testing
             try await gateway.push(alice, history.upsert(1...1, from: 1))
             try await history.waitForReplay(primary, standby)
             let beforeRestart = try #require(try await gateway.pull(alice).cursor)
-            try primary.stop()
-            try primary.start()
+            try await primary.stop()
+            try await primary.start()
             let pushed = try await eventuallyHolds(seconds: 60) {
                 let answer = try? await gateway.pushBatch(
                     alice, [["id": 2, "table": "items", "op": "upsert", "row": ["id": "i-2"]]])
