@@ -42,27 +42,30 @@ import Testing
                 #expect(shard == 0 ? !successor.contains(".") : successor.hasPrefix("1."), "\(successor)")
                 let access = try #require(refreshed.string("session", "access_token"))
 
-                // Streams by header and by query: a push's cue reaches them only on its shard.
-                for tokenInQuery in [false, true] {
-                    let stream = try await offload {
-                        try StreamTestClient(
-                            port: port, transport: .serverSentEvents, token: access, tokenInQuery: tokenInQuery)
-                    }
-                    defer { stream.close() }
-                    _ = try await stream.nextMessageAsync(ofType: "hello")
-                    let next: [String: Any] = [
-                        "mutations": [
-                            [
-                                "id": tokenInQuery ? 3 : 2, "table": "tasks", "op": "upsert",
-                                "row": ["id": "cue-\(index)"],
+                // Streams (both transports, by header and by query): a push's cue reaches
+                // them only on its shard.
+                var mutation = 1
+                for transport in StreamTestClient.Transport.allCases {
+                    for tokenInQuery in [false, true] {
+                        let stream = try await offload {
+                            try StreamTestClient(
+                                port: port, transport: transport, token: access, tokenInQuery: tokenInQuery)
+                        }
+                        defer { stream.close() }
+                        _ = try await stream.nextMessageAsync(ofType: "hello")
+                        mutation += 1
+                        let next: [String: Any] = [
+                            "mutations": [
+                                ["id": mutation, "table": "tasks", "op": "upsert", "row": ["id": "cue-\(index)"]]
                             ]
                         ]
-                    ]
-                    #expect(
-                        try await HAProxyFront.call("POST", "/v1/push", port: port, token: access, json: next).status
-                            == 200)
-                    let cue = try await stream.nextMessageAsync(ofType: "cue")
-                    #expect(cue.strings("tables") == ["tasks"], "shard \(shard), query \(tokenInQuery)")
+                        let pushed = try await HAProxyFront.call(
+                            "POST", "/v1/push", port: port, token: access, json: next)
+                        #expect(pushed.status == 200, "\(pushed)")
+                        let cue = try await stream.nextMessageAsync(ofType: "cue")
+                        #expect(
+                            cue.strings("tables") == ["tasks"], "shard \(shard), \(transport), query \(tokenInQuery)")
+                    }
                 }
             }
 
