@@ -1,6 +1,6 @@
 -- A user id names its shard (sql/ferry/functions/shards.sql): shard 0 mints version 4
 -- ids as before, shard N version 8 ids whose first 16 bits are N; ferry.shard_of reads
--- it back; ferry.set_shard is refused once a user exists.
+-- it back; ferry.set_shard is the owner's, and refused once a user exists.
 --
 -- Run by Tests/sql/run.sh (make test); everything is made in one transaction and rolled back.
 
@@ -11,7 +11,7 @@
 \pset pager off
 
 begin;
-select plan(11);
+select plan(13);
 
 delete from ferry.users;
 select is(ferry.shard(), 0, 'a cluster is shard 0 until set');
@@ -30,6 +30,14 @@ select throws_ok('select ferry.set_shard(3)', '55000', 'this cluster has users: 
     'a cluster with users keeps its shard number');
 select throws_ok('select ferry.set_shard(65536)', '22023', 'a shard number is from 0 to 65535, not 65536',
     'a number outside 16 bits is refused');
+
+-- Only the database owner sets it: not the gateway, not a request.
+set local role ferry_gateway;
+select throws_ok('select ferry.set_shard(0)', '42501', null, 'the gateway role may not set the shard');
+reset role;
+set local role ferry_client;
+select throws_ok('select ferry.set_shard(0)', '42501', null, 'a request may not set the shard');
+reset role;
 
 select * from finish();
 rollback;
