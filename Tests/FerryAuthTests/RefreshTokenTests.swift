@@ -1,5 +1,6 @@
 import FerryAuth
 import FerryTestSupport
+import Foundation
 import Testing
 
 /// Refresh tokens and the hash the database keeps of them.
@@ -48,5 +49,28 @@ import Testing
         #expect(other.unseal(rotation.sealedSuccessor) != rotation.successor)
         #expect(!rotation.sealedSuccessor.contains(String(rotation.successor.suffix(20))))
         #expect(rotation.unseal("not sealed") == nil)
+    }
+
+    // MARK: - Shards
+
+    @Test func aTokenOfShardNIsSentPrefixedAndKnownByItsBody() {
+        let token = RefreshToken.generate()
+        #expect(RefreshToken.issued(token, shard: 0) == token)
+        #expect(RefreshToken.issued(token, shard: 65535) == "65535.\(token)")
+        #expect(RefreshToken.body(of: "7.\(token)") == token)
+        #expect(RefreshToken.body(of: token) == token)
+        for notAPrefix in ["0.\(token)", "07.\(token)", "65536.\(token)", "+7.\(token)", ".\(token)", "123456.x"] {
+            #expect(RefreshToken.body(of: notAPrefix) == notAPrefix, "\(notAPrefix)")
+        }
+        let rotation = RefreshRotation(presented: "7.\(token)")
+        #expect(rotation.presentedHash == RefreshToken.hash(token) && rotation.presented == token)
+        #expect(RefreshRotation(presented: "7.\(rotation.successor)").chainHash == rotation.chainHash)
+    }
+
+    @Test func aUserIdNamesItsShardInItsFirst16BitsWhenVersion8() throws {
+        #expect(Shard.of(try #require(UUID(uuidString: "0102abcd-0000-8000-8000-000000000000"))) == 258)
+        #expect(Shard.of(try #require(UUID(uuidString: "ffffabcd-0000-8000-8000-000000000000"))) == 65535)
+        #expect(Shard.of(try #require(UUID(uuidString: "0102abcd-0000-4000-8000-000000000000"))) == 0)
+        #expect(Shard.of(UUID()) == 0, "a version 4 id is unsharded")
     }
 }

@@ -1480,6 +1480,23 @@ $_$;
 
 
 --
+-- Name: new_user_id(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.new_user_id() RETURNS uuid
+    LANGUAGE sql
+    SET search_path TO ''
+    AS $$
+    select case when s.number = 0 then pg_catalog.gen_random_uuid()
+        else (pg_catalog.lpad(pg_catalog.to_hex(s.number), 4, '0') || pg_catalog.substr(r.hex, 5, 8)
+            || '8' || pg_catalog.substr(r.hex, 14))::uuid
+        end
+    from ferry.shard s,
+        lateral (select pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', '') as hex) r
+$$;
+
+
+--
 -- Name: note_history(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2972,6 +2989,28 @@ CREATE FUNCTION ferry.session_id() RETURNS uuid
 
 
 --
+-- Name: set_shard(integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.set_shard(p_number integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if p_number is null or p_number < 0 or p_number > 65535 then
+        raise exception 'a shard number is from 0 to 65535, not %', p_number using errcode = '22023';
+    end if;
+    -- No sign-up commits between the check and the update.
+    lock table ferry.users in share row exclusive mode;
+    if exists (select from ferry.users) and p_number <> (select s.number from ferry.shard s) then
+        raise exception 'this cluster has users: its shard number stays %', (select s.number from ferry.shard s)
+            using errcode = '55000';
+    end if;
+    update ferry.shard set number = p_number;
+end
+$$;
+
+
+--
 -- Name: settle_sign_in(bigint, text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2988,6 +3027,29 @@ begin
         raise exception 'settle_sign_in: the outcome is failed, signed_in or null' using errcode = '22023';
     end if;
 end
+$$;
+
+
+--
+-- Name: shard(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.shard() RETURNS integer
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$ select s.number from ferry.shard s $$;
+
+
+--
+-- Name: shard_of(uuid); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.shard_of(p_id uuid) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    select case when pg_catalog.substr(p_id::text, 15, 1) = '8'
+        then ('x' || pg_catalog.substr(p_id::text, 1, 4))::bit(16)::integer
+        else 0 end
 $$;
 
 
@@ -3066,7 +3128,7 @@ CREATE FUNCTION ferry.sign_up_anonymous(p_device text, p_refresh_hash text, OUT 
     SET search_path TO ''
     AS $$
 begin
-    insert into ferry.users default values returning id into user_id;
+    insert into ferry.users (id) values (ferry.new_user_id()) returning id into user_id;
     session_id := ferry.open_session(user_id, p_device, p_refresh_hash);
 end
 $$;
@@ -4460,6 +4522,18 @@ CREATE TABLE ferry.sessions (
 
 
 --
+-- Name: shard; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.shard (
+    only_row boolean DEFAULT true NOT NULL,
+    number integer DEFAULT 0 NOT NULL,
+    CONSTRAINT shard_number_check CHECK (((number >= 0) AND (number <= 65535))),
+    CONSTRAINT shard_only_row_check CHECK (only_row)
+);
+
+
+--
 -- Name: sign_in_attempts; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -4637,6 +4711,14 @@ ALTER TABLE ONLY ferry.schema_migrations
 
 ALTER TABLE ONLY ferry.sessions
     ADD CONSTRAINT sessions_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: shard shard_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.shard
+    ADD CONSTRAINT shard_pkey PRIMARY KEY (only_row);
 
 
 --
@@ -5174,6 +5256,13 @@ REVOKE ALL ON FUNCTION ferry.move_user_rows(p_from uuid, p_to uuid) FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION new_user_id(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.new_user_id() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION note_history(); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5382,11 +5471,34 @@ REVOKE ALL ON FUNCTION ferry.send_cues() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION set_shard(p_number integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.set_shard(p_number integer) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION settle_sign_in(p_attempt bigint, p_outcome text); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.settle_sign_in(p_attempt bigint, p_outcome text) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION shard(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.shard() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.shard() TO ferry_client;
+
+
+--
+-- Name: FUNCTION shard_of(p_id uuid); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.shard_of(p_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.shard_of(p_id uuid) TO ferry_client;
 
 
 --

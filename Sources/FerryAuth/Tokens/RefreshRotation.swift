@@ -16,10 +16,14 @@ import Foundation
 /// random bytes XOR a SHA-256 of the presented token that is not the hash stored), so the
 /// database, which holds hashes only, cannot open it; a client presenting the same token
 /// again within the window can, through the gateway (``unseal(_:)``).
+///
+/// All of this is of the presented token's body, without its shard prefix
+/// (``RefreshToken/body(of:)``); the successor is a body too, sent with the user's shard
+/// prefix (``RefreshToken/issued(_:shard:)``).
 public struct RefreshRotation: Sendable {
-    /// The presented token, as sent.
+    /// The presented token's body: as sent, without its shard prefix.
     public let presented: String
-    /// The successor: the session's chain and 32 new random bytes.
+    /// The successor's body: the session's chain and 32 new random bytes.
     public let successor: String
     /// The lowercase hex SHA-256 of the presented token (``RefreshToken/hash(_:)``).
     public let presentedHash: String
@@ -40,6 +44,7 @@ public struct RefreshRotation: Sendable {
 
     /// A rotation of `presented` with a new random successor. Any thread; microseconds.
     public init(presented: String) {
+        let presented = RefreshToken.body(of: presented)
         self.presented = presented
         chain = Self.chain(of: presented)
         var random = [UInt8](repeating: 0, count: 32)

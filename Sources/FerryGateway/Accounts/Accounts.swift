@@ -151,13 +151,15 @@ final class Accounts: Sendable {
         }
     }
 
-    /// A session body for a user's new tokens.
+    /// A session body for a user's new tokens; `refreshToken` is sent with the user's
+    /// shard prefix (``RefreshToken/issued(_:shard:)``).
     func session(userID: UUID, sessionID: UUID, deviceID: String, isAnonymous: Bool, refreshToken: String)
         -> SessionBody
     {
         let claims = tokens.claims(
             userID: userID, sessionID: sessionID, deviceID: deviceID, isAnonymous: isAnonymous)
         return SessionBody(
-            accessToken: tokens.sign(claims), refreshToken: refreshToken, expiresIn: tokens.lifetimeSeconds)
+            accessToken: tokens.sign(claims), refreshToken: RefreshToken.issued(refreshToken, shard: Shard.of(userID)),
+            expiresIn: tokens.lifetimeSeconds)
     }
 }

@@ -16,19 +16,15 @@ final class HAProxyFront: Sendable {
     let gateways: [ServedGateway]
     let database: AccountsDatabase
     private let folder: URL
-    private let haproxy: ChildProcess
 
     /// The address haproxy connects to the gateways from.
     static let proxyAddress = "127.0.0.9"
 
-    private init(
-        port: Int, gateways: [ServedGateway], database: AccountsDatabase, folder: URL, haproxy: ChildProcess
-    ) {
+    private init(port: Int, gateways: [ServedGateway], database: AccountsDatabase, folder: URL) {
         self.port = port
         self.gateways = gateways
         self.database = database
         self.folder = folder
-        self.haproxy = haproxy
     }
 
     /// Migrates a database with the tasks example, starts two gateways (`environment`
@@ -53,25 +49,31 @@ final class HAProxyFront: Sendable {
                 try await gateway.start()
             }
             let port = try freePort()
-            let configuration = folder.appendingPathComponent("haproxy.cfg").path
-            try config(port: port, gateways: gateways, settings: settings).write(
-                toFile: configuration, atomically: true, encoding: .utf8)
-            let check = try ChildProcess.run("/usr/sbin/haproxy", ["-c", "-q", "-f", configuration], timeout: 30)
-            try #require(check.status == 0, "haproxy -c: \(check.output)")
-            let log = folder.appendingPathComponent("haproxy.log").path
-            let haproxy = try ChildProcess(
-                "/usr/sbin/haproxy", ["-db", "-f", configuration], output: log, errors: log)
-            let front = HAProxyFront(
-                port: port, gateways: gateways, database: database, folder: folder, haproxy: haproxy)
-            defer {
-                haproxy.send(SIGTERM)
-                _ = haproxy.wait(seconds: 5)
+            try await serve(try config(port: port, gateways: gateways, settings: settings), port: port, in: folder) {
+                try await body(HAProxyFront(port: port, gateways: gateways, database: database, folder: folder))
             }
-            try await eventually("haproxy answering /readyz on \(port) (is haproxy installed? make deps)") {
-                haproxy.isRunning && (try? get("/readyz", port: port))?.status == 200
-            }
-            try await body(front)
         }
+    }
+
+    /// Checks `configuration` (`haproxy -c`), runs haproxy on it (logging to
+    /// `folder`/haproxy.log) until `body` returns, once it answers `/readyz` on `port`.
+    static func serve(
+        _ configuration: String, port: Int, in folder: URL, _ body: () async throws -> Void
+    ) async throws {
+        let path = folder.appendingPathComponent("haproxy.cfg").path
+        try configuration.write(toFile: path, atomically: true, encoding: .utf8)
+        let check = try ChildProcess.run("/usr/sbin/haproxy", ["-c", "-q", "-f", path], timeout: 30)
+        try #require(check.status == 0, "haproxy -c: \(check.output)")
+        let log = folder.appendingPathComponent("haproxy.log").path
+        let haproxy = try ChildProcess("/usr/sbin/haproxy", ["-db", "-f", path], output: log, errors: log)
+        defer {
+            haproxy.send(SIGTERM)
+            _ = haproxy.wait(seconds: 5)
+        }
+        try await eventually("haproxy answering /readyz on \(port) (is haproxy installed? make deps)") {
+            haproxy.isRunning && (try? get("/readyz", port: port))?.status == 200
+        }
+        try await body()
     }
 
     /// deploy/haproxy.cfg with the test's addresses: the lines that name the operator's
@@ -120,6 +122,14 @@ final class HAProxyFront: Sendable {
     func call(
         _ method: String, _ path: String, token: String? = nil, json: [String: Any]? = nil, source: String = "127.0.0.1"
     ) async throws -> APIResponse {
+        try await Self.call(method, path, port: port, token: token, json: json, source: source)
+    }
+
+    /// ``call(_:_:token:json:source:)`` to the haproxy at `port`.
+    static func call(
+        _ method: String, _ path: String, port: Int, token: String? = nil, json: [String: Any]? = nil,
+        source: String = "127.0.0.1"
+    ) async throws -> APIResponse {
         try await eventually("\(method) \(path) answered by a gateway", seconds: 20) {
             () async throws -> APIResponse? in
             let response = try await FerryTestSupport.call(
@@ -130,8 +140,14 @@ final class HAProxyFront: Sendable {
 
     /// An anonymous sign-up from `source`, required to answer 201.
     func signUp(from source: String) async throws -> TestSession {
+        try await Self.signUp(port: port, from: source)
+    }
+
+    /// ``signUp(from:)`` through the haproxy at `port`.
+    static func signUp(port: Int, from source: String = "127.0.0.1") async throws -> TestSession {
         let device = UUID().uuidString.lowercased()
-        let response = try await call("POST", "/v1/auth/anonymous", json: ["device_id": device], source: source)
+        let response = try await call(
+            "POST", "/v1/auth/anonymous", port: port, json: ["device_id": device], source: source)
         try #require(response.status == 201, "sign-up: \(response)")
         return TestSession(
             userID: try #require(response.string("user", "id")),

@@ -134,12 +134,13 @@ begin
 end
 $$;
 
--- POST /v1/auth/anonymous: a user and a session in one statement.
+-- POST /v1/auth/anonymous: a user and a session in one statement. The id names this
+-- cluster's shard (functions/shards.sql).
 create or replace function ferry.sign_up_anonymous(p_device text, p_refresh_hash text, out user_id uuid, out session_id uuid)
 language plpgsql security definer set search_path = ''
 as $$
 begin
-    insert into ferry.users default values returning id into user_id;
+    insert into ferry.users (id) values (ferry.new_user_id()) returning id into user_id;
     session_id := ferry.open_session(user_id, p_device, p_refresh_hash);
 end
 $$;
