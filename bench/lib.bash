@@ -182,7 +182,25 @@ assert len(results) == int(sys.argv[2]) and all(r["status"] == "applied" for r i
     done
 }
 
-# pgbench of the push script $1 (as push-shape.sh writes them: -D have, seq, template)
+# A pgbench script pushing as the device of row n = :client_id of the devices table $1
+# (columns uid, did): the identity statement (Identity.statementSQL with the gateway's
+# TransactionSettings) and the push statement $2 in one pipeline; :seq counts the
+# client's transactions. push-shape.sh's and push-outcomes.sh's, for measure_push_script.
+push_script() {
+    cat <<SQL
+\\if :have = 0
+select uid, did, 1 as have from $1 where n = :client_id
+\\gset
+\\endif
+\\set seq :seq + 1
+\\startpipeline
+select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', '', true), pg_catalog.set_config('statement_timeout', '10000', true), pg_catalog.set_config('TimeZone', 'UTC', true);
+$2
+\\endpipeline
+SQL
+}
+
+# pgbench of the push script $1 (as push_script writes them: -D have, seq, template)
 # with mutation numbers from $2, as $GATEWAY_URL, $CLIENTS clients, $THREADS threads,
 # $DURATION s: "tx/s µs-of-PostgreSQL-CPU-per-push". Needs find_postmaster first.
 measure_push_script() {

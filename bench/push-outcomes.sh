@@ -61,22 +61,8 @@ SQL
 template=$(push_batch_template "$BATCH")
 template=${template//@/%1\$s}
 
-identity="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', '', true);"
-script() {
-    cat <<SQL
-\\if :have = 0
-select uid, did, 1 as have from bench_outcomes.devices where n = :client_id
-\\gset
-\\endif
-\\set seq :seq + 1
-\\startpipeline
-$identity
-$1
-\\endpipeline
-SQL
-}
-script "select bench_outcomes.push_mutations(pg_catalog.format(:template, :seq::bigint)::jsonb, null);" >"$tmp/before.sql"
-script "select ferry.push_mutations(pg_catalog.format(:template, :seq::bigint)::jsonb, null);" >"$tmp/after.sql"
+push_script bench_outcomes.devices "select bench_outcomes.push_mutations(pg_catalog.format(:template, :seq::bigint)::jsonb, null);" >"$tmp/before.sql"
+push_script bench_outcomes.devices "select ferry.push_mutations(pg_catalog.format(:template, :seq::bigint)::jsonb, null);" >"$tmp/after.sql"
 
 find_postmaster
 # Both statements apply a batch whole (checked in a transaction rolled back).

@@ -62,25 +62,11 @@ SQL
 template=$(push_batch_template "$BATCH")
 template=${template//@/%1\$s}
 
-identity="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', '', true);"
-script() {
-    cat <<SQL
-\\if :have = 0
-select uid, did, 1 as have from bench_shape.devices where n = :client_id
-\\gset
-\\endif
-\\set seq :seq + 1
-\\startpipeline
-$identity
-$1
-\\endpipeline
-SQL
-}
-script "select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
+push_script bench_shape.devices "select case when pg_catalog.jsonb_typeof(body -> 'mutations') = 'array'
         and pg_catalog.jsonb_array_length(body -> 'mutations') > 1000
     then null else bench_shape.push_0013(body) end
 from (select pg_catalog.format(:template, :seq::bigint)::jsonb as body) request;" >"$tmp/before.sql"
-script "select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);" >"$tmp/after.sql"
+push_script bench_shape.devices "select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);" >"$tmp/after.sql"
 
 find_postmaster
 # Both statements apply a batch whole (checked in a transaction rolled back).
