@@ -380,7 +380,10 @@ declare
     v_count bigint;
     v_total bigint := 0;
 begin
-    for v_table in select s.table_name from ferry.synced_tables s loop
+    for v_table in
+        select s.table_name from ferry.synced_tables s
+        where not exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
+    loop
         execute pg_catalog.format(
             'select pg_catalog.count(*) from %s t where t._deleted and t.updated_at < pg_catalog.now() - $1', v_table)
             into v_count using p_older_than;
@@ -975,6 +978,7 @@ COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the di
 CREATE FUNCTION ferry.install_triggers(p_table regclass) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO ''
+    SET client_min_messages TO 'warning'
     AS $$
 declare
     v_owner name;
@@ -1008,6 +1012,31 @@ begin
         'create or replace trigger ferry_refuse_truncate before truncate on %s'
             ' for each statement execute function ferry.refuse_truncate()',
         p_table);
+
+    -- A shared table received from an origin (ferry.receive_shared): logical replication
+    -- applies its rows with session_replication_role = replica, when only ALWAYS and
+    -- REPLICA triggers fire. Each applied row is stamped here (its _stamp and updated_at
+    -- from the origin mean nothing in this cluster), a delete handled as ever, a row
+    -- trigger cues (statement triggers never fire for applied rows); every other write
+    -- is refused by ferry_replica_only, an ordinary trigger, which sorts first.
+    if exists (select from ferry.replicated_tables r where r.table_name = p_table) then
+        execute pg_catalog.format('alter table %s enable always trigger ferry_stamp', p_table);
+        execute pg_catalog.format('alter table %s enable always trigger ferry_tombstone_delete', p_table);
+        execute pg_catalog.format(
+            'create or replace trigger ferry_cue_replicated after insert or update or delete on %s'
+                ' for each row execute function ferry.send_replicated_cue()',
+            p_table);
+        execute pg_catalog.format('alter table %s enable replica trigger ferry_cue_replicated', p_table);
+        execute pg_catalog.format(
+            'create or replace trigger ferry_replica_only before insert or update or delete on %s'
+                ' for each row execute function ferry.refuse_replica_write()',
+            p_table);
+    else
+        execute pg_catalog.format('alter table %s enable trigger ferry_stamp', p_table);
+        execute pg_catalog.format('alter table %s enable trigger ferry_tombstone_delete', p_table);
+        execute pg_catalog.format('drop trigger if exists ferry_cue_replicated on %s', p_table);
+        execute pg_catalog.format('drop trigger if exists ferry_replica_only on %s', p_table);
+    end if;
 end
 $$;
 
@@ -1016,7 +1045,7 @@ $$;
 -- Name: FUNCTION install_triggers(p_table regclass); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_triggers(p_table regclass) IS 'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_triggers(p_table regclass) IS 'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate; for a shared table received by logical replication also ferry_cue_replicated (ferry.send_replicated_cue) and ferry_replica_only (ferry.refuse_replica_write), ferry_stamp and ferry_tombstone_delete firing ALWAYS. Called by ferry.register_table.';
 
 
 --
@@ -1754,6 +1783,7 @@ begin
     for v_table in
         select s.table_name from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
+        where not exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
         order by c.relname
     loop
         execute pg_catalog.format($sql$
@@ -2327,6 +2357,32 @@ COMMENT ON FUNCTION ferry.rebuild_generated_code() IS 'Builds again, for every r
 
 
 --
+-- Name: receive_shared(regclass); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.receive_shared(p_table regclass) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+begin
+    if not exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'shared') then
+        raise exception 'ferry.receive_shared(%): not a registered shared table', p_table
+            using errcode = '22023', hint = 'register it with ferry.register_table(…, strategy => ''shared'') first';
+    end if;
+    insert into ferry.replicated_tables (table_name) values (p_table) on conflict do nothing;
+    perform ferry.install_triggers(p_table);
+end
+$$;
+
+
+--
+-- Name: FUNCTION receive_shared(p_table regclass); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.receive_shared(p_table regclass) IS 'Readies a shared table to be received from an origin by logical replication: applied rows stamped and cued here, other writes refused.';
+
+
+--
 -- Name: recent_revocations(timestamp with time zone); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2408,6 +2464,31 @@ begin
     device_id := owner.device_id;
 end
 $$;
+
+
+--
+-- Name: refuse_replica_write(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.refuse_replica_write() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+begin
+    raise exception 'table %.% is received from its origin by logical replication: write it at the origin',
+        tg_table_schema, tg_table_name
+        using errcode = '25006',
+            hint = 'select ferry.stop_receiving_shared(''' || tg_table_schema || '.' || tg_table_name
+                || ''') makes it writable here again (drop the subscription first)';
+end
+$$;
+
+
+--
+-- Name: FUNCTION refuse_replica_write(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.refuse_replica_write() IS 'BEFORE row trigger of a shared table received by logical replication (ferry_replica_only): refuses every write but the ones replication applies (25006).';
 
 
 --
@@ -2980,6 +3061,30 @@ COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced tabl
 
 
 --
+-- Name: send_replicated_cue(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.send_replicated_cue() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if tg_op = 'DELETE' and old._deleted then
+        return null;
+    end if;
+    perform pg_catalog.pg_notify('ferry_cue', '* - ' || tg_table_name);
+    return null;
+end
+$$;
+
+
+--
+-- Name: FUNCTION send_replicated_cue(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.send_replicated_cue() IS 'Row trigger (ENABLE REPLICA) of a shared table received by logical replication: pg_notify(''ferry_cue'', ''* - <table>'') for each applied row but a purged tombstone';
+
+
+--
 -- Name: session_id(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -3150,6 +3255,30 @@ $$;
 
 
 --
+-- Name: stop_receiving_shared(regclass); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.stop_receiving_shared(p_table regclass) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+begin
+    delete from ferry.replicated_tables r where r.table_name = p_table;
+    if exists (select from ferry.synced_tables s where s.table_name = p_table) then
+        perform ferry.install_triggers(p_table);
+    end if;
+end
+$$;
+
+
+--
+-- Name: FUNCTION stop_receiving_shared(p_table regclass); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.stop_receiving_shared(p_table regclass) IS 'Makes a shared table received by logical replication a local one again (triggers as ferry.register_table installs them).';
+
+
+--
 -- Name: table_schema(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -3225,6 +3354,19 @@ begin
     if coalesce(nullif(pg_catalog.current_setting('ferry.hard_delete', true), ''), 'off')::boolean then
         return old;
     end if;
+    -- Logical replication applying the origin's purge of a tombstone, on a shared table
+    -- this cluster receives (the trigger fires ALWAYS there; 'replica' is the apply
+    -- worker's role). The row goes, and the purge horizon moves as a purge here would
+    -- move it, so a cursor that had not seen the tombstone expires instead of keeping
+    -- the row; the origin could not be followed otherwise (its later insert of the
+    -- same key would collide with a tombstone kept here).
+    if old._deleted and pg_catalog.current_setting('session_replication_role') = 'replica' then
+        update ferry.purge_horizon h
+            set purged_through = greatest(h.purged_through, old._stamp),
+                purge_xid = pg_catalog.pg_current_xact_id(),
+                purged_at = pg_catalog.now();
+        return old;
+    end if;
     if not old._deleted then
         select pg_catalog.string_agg(pg_catalog.format('t.%1$I = ($1).%1$I', k.name), ' and ')
             into v_match
@@ -3241,7 +3383,7 @@ $_$;
 -- Name: FUNCTION tombstone_delete(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.tombstone_delete() IS 'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on.';
+COMMENT ON FUNCTION ferry.tombstone_delete() IS 'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on, or logical replication applies an origin''s purge (which moves the purge horizon).';
 
 
 --
@@ -4476,6 +4618,23 @@ COMMENT ON TABLE ferry.rejected_mutations IS 'Each device''s rejected mutations 
 
 
 --
+-- Name: replicated_tables; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.replicated_tables (
+    table_name regclass NOT NULL,
+    received_since timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE replicated_tables; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.replicated_tables IS 'Shared tables this cluster receives from an origin by logical replication (ferry.receive_shared): written only by replication, stamped and cued here as they arrive.';
+
+
+--
 -- Name: revocations; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -4690,6 +4849,14 @@ ALTER TABLE ONLY ferry.rejected_mutations
 
 
 --
+-- Name: replicated_tables replicated_tables_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.replicated_tables
+    ADD CONSTRAINT replicated_tables_pkey PRIMARY KEY (table_name);
+
+
+--
 -- Name: revocations revocations_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -4875,6 +5042,14 @@ ALTER TABLE ONLY ferry.refresh_tokens
 
 ALTER TABLE ONLY ferry.rejected_mutations
     ADD CONSTRAINT rejected_mutations_user_id_device_id_fkey FOREIGN KEY (user_id, device_id) REFERENCES ferry.devices(user_id, device_id) ON DELETE CASCADE;
+
+
+--
+-- Name: replicated_tables replicated_tables_table_name_fkey; Type: FK CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.replicated_tables
+    ADD CONSTRAINT replicated_tables_table_name_fkey FOREIGN KEY (table_name) REFERENCES ferry.synced_tables(table_name) ON DELETE CASCADE;
 
 
 --
@@ -5349,6 +5524,13 @@ REVOKE ALL ON FUNCTION ferry.rebuild_generated_code() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION receive_shared(p_table regclass); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.receive_shared(p_table regclass) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION recent_revocations(p_since timestamp with time zone, OUT session_id uuid, OUT revoked_at timestamp with time zone); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5369,6 +5551,13 @@ REVOKE ALL ON FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_has
 
 REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION refuse_replica_write(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.refuse_replica_write() FROM PUBLIC;
 
 
 --
@@ -5471,6 +5660,13 @@ REVOKE ALL ON FUNCTION ferry.send_cues() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION send_replicated_cue(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.send_replicated_cue() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION set_shard(p_number integer); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5530,6 +5726,13 @@ GRANT ALL ON FUNCTION ferry.sign_up_anonymous(p_device text, p_refresh_hash text
 --
 
 REVOKE ALL ON FUNCTION ferry.stamp_row() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION stop_receiving_shared(p_table regclass); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.stop_receiving_shared(p_table regclass) FROM PUBLIC;
 
 
 --

@@ -102,6 +102,28 @@ $$;
 comment on function ferry.send_cues() is
     'Statement trigger of every synced table: one pg_notify(''ferry_cue'', ''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
 
+-- MARK: - Rows logical replication applies
+
+-- The row trigger of a shared table this cluster receives from an origin
+-- (ferry_cue_replicated, ENABLE REPLICA: it fires only for the rows logical replication
+-- applies, for which no statement trigger fires, so ferry.send_cues never sees them).
+-- One cue for every user per row, folded by PostgreSQL into one per transaction; the
+-- removal of a tombstone (the origin's purge) cues nobody, as in ferry.send_cues.
+create or replace function ferry.send_replicated_cue() returns trigger
+language plpgsql
+as $$
+begin
+    if tg_op = 'DELETE' and old._deleted then
+        return null;
+    end if;
+    perform pg_catalog.pg_notify('ferry_cue', '* - ' || tg_table_name);
+    return null;
+end
+$$;
+
+comment on function ferry.send_replicated_cue() is
+    'Row trigger (ENABLE REPLICA) of a shared table received by logical replication: pg_notify(''ferry_cue'', ''* - <table>'') for each applied row but a purged tombstone';
+
 -- MARK: - TRUNCATE
 
 -- A BEFORE TRUNCATE statement trigger (ferry_refuse_truncate). TRUNCATE removes rows
@@ -130,5 +152,6 @@ comment on function ferry.refuse_truncate() is
 
 -- MARK: - Grants
 
-revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.refuse_truncate() from public;
+revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.send_replicated_cue(), ferry.refuse_truncate()
+    from public;
 grant execute on function ferry.cue_device() to ferry_client;

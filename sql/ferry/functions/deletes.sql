@@ -39,7 +39,10 @@ revoke all on function ferry.hard_delete_begin(), ferry.hard_delete_end(text) fr
 
 -- The trigger function; its arguments are the table's primary key columns (as
 -- install_triggers found them), matched against OLD. SECURITY DEFINER: whoever may
--- delete the row may tombstone it, whatever update rights its role lacks.
+-- delete the row may tombstone it, whatever update rights its role lacks. On a shared
+-- table received from an origin (ferry.receive_shared) it fires for the rows logical
+-- replication applies too: the origin's delete of a live row (under ferry.hard_delete)
+-- is a tombstone here, and its purge of a tombstone a purge here.
 create or replace function ferry.tombstone_delete() returns trigger
 language plpgsql security definer set search_path = ''
 as $$
@@ -47,6 +50,19 @@ declare
     v_match text;
 begin
     if coalesce(nullif(pg_catalog.current_setting('ferry.hard_delete', true), ''), 'off')::boolean then
+        return old;
+    end if;
+    -- Logical replication applying the origin's purge of a tombstone, on a shared table
+    -- this cluster receives (the trigger fires ALWAYS there; 'replica' is the apply
+    -- worker's role). The row goes, and the purge horizon moves as a purge here would
+    -- move it, so a cursor that had not seen the tombstone expires instead of keeping
+    -- the row; the origin could not be followed otherwise (its later insert of the
+    -- same key would collide with a tombstone kept here).
+    if old._deleted and pg_catalog.current_setting('session_replication_role') = 'replica' then
+        update ferry.purge_horizon h
+            set purged_through = greatest(h.purged_through, old._stamp),
+                purge_xid = pg_catalog.pg_current_xact_id(),
+                purged_at = pg_catalog.now();
         return old;
     end if;
     if not old._deleted then
@@ -61,6 +77,6 @@ end
 $$;
 
 comment on function ferry.tombstone_delete() is
-    'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on.';
+    'BEFORE DELETE row trigger of every synced table (ferry_tombstone_delete): a DELETE of a live row becomes its tombstone, of a tombstone nothing, unless ferry.hard_delete is on, or logical replication applies an origin''s purge (which moves the purge horizon).';
 
 revoke all on function ferry.tombstone_delete() from public;

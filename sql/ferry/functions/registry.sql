@@ -315,9 +315,11 @@ $$;
 -- since PostgreSQL allows transition tables only on a trigger with one), with the
 -- table's owner column as the argument (none for shared); ferry_tombstone_delete
 -- (ferry.tombstone_delete, deletes.sql), with the primary key's columns as its arguments;
--- ferry_refuse_truncate (ferry.refuse_truncate).
+-- ferry_refuse_truncate (ferry.refuse_truncate); and for a shared table this cluster
+-- receives by logical replication (ferry.replicated_tables), ferry_cue_replicated and
+-- ferry_replica_only (below).
 create or replace function ferry.install_triggers(p_table regclass) returns void
-language plpgsql set search_path = ''
+language plpgsql set search_path = '' set client_min_messages = warning
 as $$
 declare
     v_owner name;
@@ -351,11 +353,36 @@ begin
         'create or replace trigger ferry_refuse_truncate before truncate on %s'
             ' for each statement execute function ferry.refuse_truncate()',
         p_table);
+
+    -- A shared table received from an origin (ferry.receive_shared): logical replication
+    -- applies its rows with session_replication_role = replica, when only ALWAYS and
+    -- REPLICA triggers fire. Each applied row is stamped here (its _stamp and updated_at
+    -- from the origin mean nothing in this cluster), a delete handled as ever, a row
+    -- trigger cues (statement triggers never fire for applied rows); every other write
+    -- is refused by ferry_replica_only, an ordinary trigger, which sorts first.
+    if exists (select from ferry.replicated_tables r where r.table_name = p_table) then
+        execute pg_catalog.format('alter table %s enable always trigger ferry_stamp', p_table);
+        execute pg_catalog.format('alter table %s enable always trigger ferry_tombstone_delete', p_table);
+        execute pg_catalog.format(
+            'create or replace trigger ferry_cue_replicated after insert or update or delete on %s'
+                ' for each row execute function ferry.send_replicated_cue()',
+            p_table);
+        execute pg_catalog.format('alter table %s enable replica trigger ferry_cue_replicated', p_table);
+        execute pg_catalog.format(
+            'create or replace trigger ferry_replica_only before insert or update or delete on %s'
+                ' for each row execute function ferry.refuse_replica_write()',
+            p_table);
+    else
+        execute pg_catalog.format('alter table %s enable trigger ferry_stamp', p_table);
+        execute pg_catalog.format('alter table %s enable trigger ferry_tombstone_delete', p_table);
+        execute pg_catalog.format('drop trigger if exists ferry_cue_replicated on %s', p_table);
+        execute pg_catalog.format('drop trigger if exists ferry_replica_only on %s', p_table);
+    end if;
 end
 $$;
 
 comment on function ferry.install_triggers(regclass) is
-    'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate. Called by ferry.register_table.';
+    'Installs a synced table''s triggers: ferry_stamp (ferry.stamp_row), ferry_cue_insert, ferry_cue_update, ferry_cue_delete (ferry.send_cues), ferry_tombstone_delete (ferry.tombstone_delete) and ferry_refuse_truncate; for a shared table received by logical replication also ferry_cue_replicated (ferry.send_replicated_cue) and ferry_replica_only (ferry.refuse_replica_write), ferry_stamp and ferry_tombstone_delete firing ALWAYS. Called by ferry.register_table.';
 
 -- MARK: - Pull readers
 

@@ -14,6 +14,8 @@
 -- watermelon.sql) and at most p_batch remembered rejections as old
 -- (ferry.trim_rejected_mutations, outcomes.sql); they are not counted in the answer.
 -- Its DELETEs are for good (ferry.hard_delete, deletes.sql), not tombstones of tombstones.
+-- Shared tables this cluster receives from an origin are left out: the origin purges
+-- them, and replication applies its purge here (ferry.tombstone_delete).
 create or replace function ferry.purge_tombstones(p_older_than interval, p_batch integer) returns bigint
 language plpgsql security definer set search_path = ''
 as $$
@@ -34,6 +36,7 @@ begin
     for v_table in
         select s.table_name from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
+        where not exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
         order by c.relname
     loop
         execute pg_catalog.format($sql$
@@ -81,7 +84,10 @@ declare
     v_count bigint;
     v_total bigint := 0;
 begin
-    for v_table in select s.table_name from ferry.synced_tables s loop
+    for v_table in
+        select s.table_name from ferry.synced_tables s
+        where not exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
+    loop
         execute pg_catalog.format(
             'select pg_catalog.count(*) from %s t where t._deleted and t.updated_at < pg_catalog.now() - $1', v_table)
             into v_count using p_older_than;
