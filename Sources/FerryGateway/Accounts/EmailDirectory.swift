@@ -151,6 +151,39 @@ final class EmailDirectory {
         }
     }
 
+    /// This gateway's shard number, read once from its database (``ThisShard``).
+    private var thisShard: Int?
+
+    /// Where an email's account is.
+    enum Location {
+        /// On this shard, or nowhere the directory knows (answered here, as before).
+        case here
+        /// On another shard.
+        case shard(Int)
+        /// The directory or the shard's database did not answer.
+        case unknown
+    }
+
+    /// Finds the shard of `email`'s account (``LookUpEmail``).
+    func locate(_ email: String, shardPool: PostgresPool, _ completion: @escaping (Location) -> Void) {
+        guard let thisShard else {
+            return shardPool.run(ThisShard()) { [self] result in
+                guard case .success(let this) = result else { return completion(.unknown) }
+                thisShard = this.shard
+                locate(email, shardPool: shardPool, completion)
+            }
+        }
+        pool.run(LookUpEmail(email: email)) { [logger] result in
+            switch result {
+            case .success(let shard?) where shard != thisShard: completion(.shard(shard))
+            case .success: completion(.here)
+            case .failure(let failure):
+                logger.log(.error, "email directory unreachable", ["error": "\(failure)"])
+                completion(.unknown)
+            }
+        }
+    }
+
     func close() { pool.close() }
 }
 

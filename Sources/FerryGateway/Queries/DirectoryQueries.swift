@@ -165,3 +165,19 @@ struct ReleaseEmail: SingleRowQuery {
 
     typealias Answer = UnlinkEmail.Answer
 }
+
+/// `directory.lookup`: the shard whose account an email is, if any.
+struct LookUpEmail: DatabaseQuery {
+    static let preparedName: String? = "ferry_directory_lookup"
+    static let sql = "select shard, state from directory.lookup($1)"
+    static let columns = ["shard", "state"]
+
+    var email: String
+    var parameters: [String?] { [email] }
+
+    /// Nil when the directory has no row of the email.
+    static func answer(from rows: QueryRows) throws(QueryShapeError) -> Int? {
+        guard let row = rows.all.first else { return nil }
+        return try row.decode("shard", as: Int.self)
+    }
+}

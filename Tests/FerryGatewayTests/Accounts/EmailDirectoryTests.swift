@@ -131,4 +131,43 @@ import Testing
             #expect(try await shards[0].me(onA.accessToken).value("user", "email_confirmed") as? Bool == false)
         }
     }
+
+    /// A sign-in (no device session) reaching the wrong shard is forwarded to the shard the
+    /// directory names, which answers;
+    /// a request that says it was forwarded is answered where it lands.
+    @Test func aSignInReachingTheWrongShardIsAnsweredByTheAccountsShard() async throws {
+        try await withDirectoryShards { shards in
+            let account = try await shards[1].emailAccount("cy@example.com")
+            let device = UUID().uuidString.lowercased()
+            let signedIn = try await shards[0].signIn(email: "cy@example.com", password: password, device: device)
+            #expect(signedIn.status == 200, "\(signedIn)")
+            #expect(signedIn.string("user", "id") == account.userID)
+            #expect(signedIn.string("session", "refresh_token")?.hasPrefix("2.") == true)
+            let wrong = try await shards[0].signIn(email: "cy@example.com", password: "not the password")
+            #expect(wrong.status == 401 && wrong.code == "invalid_credentials", "\(wrong)")
+            // The account's shard counted the failure.
+            let failures = try await shards[1].database.value("select count(*) from ferry.sign_in_attempts")
+            #expect(failures != "0", "\(String(describing: failures))")
+            // Never forwarded twice: a request marked forwarded is answered where it lands.
+            let marked = try await shards[0].call(
+                "POST", "/v1/auth/signin",
+                json: ["email": "cy@example.com", "password": password, "device_id": device],
+                headers: [("X-Ferry-Forwarded", "1")])
+            #expect(marked.status == 401 && marked.code == "invalid_credentials", "\(marked)")
+            // An email nobody has is answered here, as before.
+            let nobody = try await shards[0].signIn(email: "nobody@example.com", password: password)
+            #expect(nobody.status == 401, "\(nobody)")
+        }
+    }
+
+    @Test func aShardThatDoesNotAnswerIsAClear503() async throws {
+        try await withDirectoryShards { shards in
+            // Shard 3 has no gateway: its URL is a closed port.
+            _ = try await shards.directory.admin.query(
+                "insert into directory.emails (email, shard, user_id, state, linked_at) values ($1, 3, $2, 'linked', now())",
+                ["dee@example.com", UUID().uuidString.lowercased()])
+            let answer = try await shards[0].signIn(email: "dee@example.com", password: password)
+            #expect(answer.status == 503 && answer.code == "shard_unavailable", "\(answer)")
+        }
+    }
 }

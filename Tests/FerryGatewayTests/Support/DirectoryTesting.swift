@@ -60,13 +60,17 @@ struct MigratedDirectory: Sendable {
 }
 
 /// `count` shards sharing one directory (``DirectoryShards``), each gateway started with
-/// `arguments` too; runs `body`; stops and drops everything.
+/// `--shard-urls` naming every shard's gateway and `arguments` too; runs `body`; stops
+/// and drops everything.
 func withDirectoryShards<T>(
     count: Int = 2, arguments: [String] = [], _ body: (DirectoryShards) async throws -> T
 ) async throws -> T {
-    try await MigratedDirectory.with { directory in
+    let ports = try (0..<count).map { _ in try freePort() }
+    let urls = ports.enumerated().map { "\($0.offset + 1)=http://127.0.0.1:\($0.element)" }.joined(separator: ",")
+    return try await MigratedDirectory.with { directory in
         try await withShardGateways(
-            count: count, directoryURL: directory.gatewayURL, arguments: arguments, made: []
+            count: count, directoryURL: directory.gatewayURL, ports: ports,
+            arguments: ["--shard-urls", urls] + arguments, made: []
         ) { shards in
             try await body(DirectoryShards(directory: directory, shards: shards))
         }
@@ -74,17 +78,18 @@ func withDirectoryShards<T>(
 }
 
 private func withShardGateways<T>(
-    count: Int, directoryURL: String, arguments: [String], made: [AccountsGateway],
+    count: Int, directoryURL: String, ports: [Int], arguments: [String], made: [AccountsGateway],
     _ body: ([AccountsGateway]) async throws -> T
 ) async throws -> T {
     guard made.count < count else { return try await body(made) }
     return try await AccountsDatabase.with { database in
         try await database.admin.execute("select ferry.set_shard(\(made.count + 1))")
-        return try await withStartedGateway(
-            databaseURL: database.gatewayURL, arguments: ["--directory-database-url", directoryURL] + arguments
+        return try await TestGateway.with(
+            databaseURL: database.gatewayURL, arguments: ["--directory-database-url", directoryURL] + arguments,
+            port: ports[made.count]
         ) { gateway, port in
             try await withShardGateways(
-                count: count, directoryURL: directoryURL, arguments: arguments,
+                count: count, directoryURL: directoryURL, ports: ports, arguments: arguments,
                 made: made + [AccountsGateway(database: database, gateway: gateway, port: port)], body)
         }
     }
