@@ -23,3 +23,6 @@ static inline long ccurl_response_code(CURL *curl) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
     return code;
 }
+static inline CURLcode ccurl_set_write_function(CURL *curl, curl_write_callback function) {
+    return curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, function);
+}

@@ -10,6 +10,7 @@ enum MigrateCommand: Command {
     static let summary = "apply SQL migrations"
     static let usage = """
         ferry migrate [--dir <directory>]… [--status | --dry-run] [options]
+        ferry migrate --directory [--status | --dry-run] [options]
 
         Applies <sql-root>/ferry, then each --dir in the order given (without --dir, those
         of FERRY_MIGRATE_DIRS, separated by ':'). In each directory: its numbered *.sql
@@ -22,6 +23,9 @@ enum MigrateCommand: Command {
         as the database owner or a superuser, not as ferry_gateway.
         --status lists every file and every row of the ledger, those of directories not
         given too. docs/TABLES.md says how to write your own.
+        --directory applies <sql-root>/directory instead, the email directory of a sharded
+        deployment (docs/SCALING.md), to its own database: --directory-database-url
+        (FERRY_DIRECTORY_MIGRATE_DATABASE_URL), else --database-url as above.
         Exit status: 0 done, 1 a file failed or changed, a refused database, or a database
         error; 2 bad settings (no URL, a --dir or <sql-root>/ferry that is not a directory).
         """
@@ -38,6 +42,14 @@ enum MigrateCommand: Command {
         Setting(
             "dir", env: "FERRY_MIGRATE_DIRS",
             help: "another directory of migrations, applied after Ferry's; labelled by its name", isRepeatable: true),
+        Setting(
+            "directory",
+            help: "apply <sql-root>/directory (the email directory of shards) to the directory's database",
+            isSwitch: true),
+        Setting(
+            "directory-database-url", env: "FERRY_DIRECTORY_MIGRATE_DATABASE_URL",
+            help: "with --directory: PostgreSQL URL of the directory database's owner (else --database-url)",
+            isOptional: true, isSecret: true),
         Setting("status", help: "list applied, pending and changed files; change nothing", isSwitch: true),
         Setting("dry-run", help: "list the files that would be applied; change nothing", isSwitch: true),
         Setting("verbose", help: "also print a line for each file already applied", isSwitch: true),
@@ -45,10 +57,17 @@ enum MigrateCommand: Command {
 
     static func run(_ values: SettingValues) throws -> Int32 {
         let environment = ProcessInfo.processInfo.environment
-        let url = try databaseURL(values, environment: environment)
         let sqlRoot = values.string("sql-root")!
-        try checkDirectories(sqlRoot: sqlRoot, values.strings("dir"), values)
-        let migrator = Migrator(sqlRoot: sqlRoot, extraDirectories: values.strings("dir"))
+        let url: String
+        let migrator: Migrator
+        if values.isOn("directory") {
+            url = try directoryURL(values, environment: environment)
+            migrator = try directoryMigrator(sqlRoot: sqlRoot, values)
+        } else {
+            url = try databaseURL(values, environment: environment)
+            try checkDirectories(sqlRoot: sqlRoot, values.strings("dir"), values)
+            migrator = Migrator(sqlRoot: sqlRoot, extraDirectories: values.strings("dir"))
+        }
         let (status, dryRun, verbose) = (values.isOn("status"), values.isOn("dry-run"), values.isOn("verbose"))
         return try runBlocking {
             do {
@@ -75,6 +94,32 @@ enum MigrateCommand: Command {
             + "ledger and schema, so run it as the role that owns them (the one that first migrated this "
             + "database, with BYPASSRLS) or a superuser, in --database-url / FERRY_MIGRATE_DATABASE_URL; "
             + "ferry_gateway may only read the ledger (docs/OPERATIONS.md, \"Who runs it\")"
+    }
+
+    /// The email directory's migrations, `<sqlRoot>/directory`, alone: never with `--dir`.
+    static func directoryMigrator(sqlRoot: String, _ values: SettingValues) throws(SettingsError) -> Migrator {
+        guard values.strings("dir").isEmpty else {
+            throw SettingsError("--directory migrates the email directory alone: --dir goes with Ferry's own")
+        }
+        let path = (sqlRoot as NSString).appendingPathComponent(Migrator.directoryLabel)
+        guard isDirectory(path) else {
+            throw SettingsError(
+                "invalid \(values.name("sql-root")): \(path) is not a directory (the email directory's migrations)")
+        }
+        return Migrator(directories: [MigrationDirectory(path: path, label: Migrator.directoryLabel)])
+    }
+
+    /// With `--directory`: `--directory-database-url`, else the URL `--database-url` names.
+    static func directoryURL(_ values: SettingValues, environment: [String: String]) throws(SettingsError) -> String {
+        guard let url = values.string("directory-database-url") else {
+            return try databaseURL(values, environment: environment)
+        }
+        do {
+            _ = try PostgresConfiguration(url)
+        } catch {
+            throw SettingsError("invalid \(values.name("directory-database-url")): \(error.message)")
+        }
+        return url
     }
 
     /// Refuses, as a bad setting, a directory that does not exist: `<sqlRoot>/ferry` (the

@@ -92,6 +92,32 @@ import Testing
         }
     }
 
+    /// `--directory` applies the repository's `sql/directory` alone (not `sql/ferry`) to the
+    /// directory's database, `--directory-database-url` else `--database-url`; `--dir` with
+    /// it is a bad setting.
+    @Test func directoryAppliesTheEmailDirectoryAloneToItsOwnDatabase() async throws {
+        try await TestDatabase.with(prefix: "ferry_migrate_directory") { database in
+            let root = TestRepository.sqlRoot
+            let run = try await runFerry(
+                ["migrate", "--directory", "--sql-root", root, "--database-url", "postgresql://127.0.0.1:1/none"],
+                databaseURL: nil, environment: ["FERRY_DIRECTORY_MIGRATE_DATABASE_URL": database.url])
+            #expect(run.status == 0, "\(run.errors)")
+            #expect(
+                run.lines.map { $0.prefix { $0 != "(" } } == [
+                    "applied directory/0001_emails.sql ", "applied directory/functions/directory.sql ",
+                ], "\(run.output)")
+            let client = try await database.connect()
+            let tables = try await client.query(
+                "select to_regclass('directory.emails') is not null, to_regclass('ferry.users') is null")
+            await client.close()
+            #expect(tables[0, 0] == "t" && tables[0, 1] == "t", "the directory only")
+            let again = try await migrate(["--directory", "--sql-root", root], url: database.url)
+            #expect(again.status == 0 && again.lines == ["migrations up to date"], "\(again.output)\(again.errors)")
+            let refused = try await migrate(["--directory", "--sql-root", root, "--dir", root], url: database.url)
+            #expect(refused.status == 2, "\(refused.errors)")
+        }
+    }
+
     /// `--database-url`, else `FERRY_MIGRATE_DATABASE_URL`, else `FERRY_DATABASE_URL`:
     /// with all three naming databases that refuse connections, the failure names the
     /// one that was tried. With the one that works, the run succeeds.

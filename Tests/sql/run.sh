@@ -37,6 +37,9 @@ psql -XqA "$owner_url" -c "create database $scratch"
 trap 'psql -XqA "$owner_url" -c "drop database if exists $scratch with (force)"' EXIT
 env -u FERRY_MIGRATE_DIRS "$FERRY" migrate --database-url "$scratch_url" --sql-root sql \
     --dir sql/examples/puzzle --dir sql/examples/tasks >/dev/null
+# The email directory in the same scratch database (its own schema and ledger label),
+# for Tests/sql/directory.sql.
+"$FERRY" migrate --directory --database-url "$scratch_url" --sql-root sql >/dev/null
 psql -XqA "$scratch_url" -c 'create extension plpgsql_check; create extension pgtap'
 
 echo "plpgsql_check: every PL/pgSQL function of schema ferry"

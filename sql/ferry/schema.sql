@@ -3520,6 +3520,22 @@ COMMENT ON FUNCTION ferry.upsert_shape(p_table regclass) IS 'What a table''s sta
 
 
 --
+-- Name: user_has_email(uuid, text, boolean); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.user_has_email(p_user uuid, p_email text, p_confirmed boolean) RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    select exists (
+        select from ferry.users u
+        where u.id = p_user and pg_catalog.lower(u.email) = pg_catalog.lower(p_email)
+            and (u.email_confirmed or not p_confirmed)
+    )
+$$;
+
+
+--
 -- Name: watermelon_columns(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -5793,6 +5809,14 @@ GRANT ALL ON FUNCTION ferry.upsert_row(p_name text, p_shape text, p_row jsonb) T
 
 REVOKE ALL ON FUNCTION ferry.upsert_shape(p_table regclass) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.upsert_shape(p_table regclass) TO ferry_client;
+
+
+--
+-- Name: FUNCTION user_has_email(p_user uuid, p_email text, p_confirmed boolean); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.user_has_email(p_user uuid, p_email text, p_confirmed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.user_has_email(p_user uuid, p_email text, p_confirmed boolean) TO ferry_gateway;
 
 
 --

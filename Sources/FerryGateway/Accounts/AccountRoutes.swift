@@ -158,21 +158,58 @@ struct AccountRoutes {
         }
     }
 
+    /// With an email directory (``LoopContext/directory``) and no confirmation, the email
+    /// is claimed there first (another shard's or user's: `409 email_in_use`, nothing
+    /// done), then linked on this shard, then the claim marked linked
+    /// (``EmailDirectory``); with confirmation, the confirmation claims it.
     private func linkEmail(_ query: LinkEmail, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
-        context.run(admitted: query, as: caller) { result in
-            switch result {
-            case .success(.linked):
-                let user = UserBody(id: caller.userID, email: query.email, emailConfirmed: query.confirmation == nil)
-                responder.respond(UserOnly(user: user).response)
-            case .success(.alreadyLinked):
-                responder.respond(APIError.alreadyLinked.response)
-            case .success(.emailInUse):
-                responder.respond(APIError.emailInUse.response)
-            case .success(.revoked):
-                responder.respond(Accounts.sessionRevoked.response)
-            case .failure(let failure):
-                responder.respond(context.failure(failure).response)
+        guard let directory = context.directory, query.confirmation == nil else {
+            return linkOnShard(query, claim: nil, caller, responder, context)
+        }
+        directory.claim(query.email, for: caller) { outcome in
+            switch outcome {
+            case .claimed(let claim): linkOnShard(query, claim: claim, caller, responder, context)
+            case .refused(let refusal):
+                context.requests.finish(caller)
+                responder.respond(refusal.response)
             }
+        }
+    }
+
+    private func linkOnShard(
+        _ query: LinkEmail, claim: EmailDirectory.Claim?, _ caller: Identity, _ responder: HTTPResponder,
+        _ context: LoopContext
+    ) {
+        context.run(admitted: query, as: caller) { result in
+            // The shard's answer settles the claim before the client hears it (on a
+            // failure the database may have committed: the claim stays pending and
+            // reconciliation settles it).
+            if let claim, let directory = context.directory, case .success(let answer) = result {
+                directory.settle(claim, linked: answer == .linked, confirmed: false, on: context.pool) {
+                    answerLink(result, query, caller, responder, context)
+                }
+            } else {
+                answerLink(result, query, caller, responder, context)
+            }
+        }
+    }
+
+    private func answerLink(
+        _ result: Result<LinkEmail.Answer, QueryFailure>, _ query: LinkEmail, _ caller: Identity,
+        _ responder: HTTPResponder, _ context: LoopContext
+    ) {
+        switch result {
+        case .success(.linked):
+            let user = UserBody(id: caller.userID, email: query.email, emailConfirmed: query.confirmation == nil)
+            responder.respond(UserOnly(user: user).response)
+        case .success(.alreadyLinked):
+            responder.respond(APIError.alreadyLinked.response)
+        case .success(.emailInUse):
+            responder.respond(APIError.emailInUse.response)
+        case .success(.revoked):
+            responder.respond(Accounts.sessionRevoked.response)
+        case .failure(let failure):
+            responder.respond(context.failure(failure).response)
         }
     }
 
@@ -195,7 +232,35 @@ struct AccountRoutes {
         _ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext
     ) {
         if let refusal = DeleteRequest.refusal(of: request) { return responder.respond(refusal.response) }
+        guard let directory = context.directory else {
+            return deleteOnShard(releasing: nil, caller, responder, context)
+        }
+        // With a directory: the account's email unlinked there first (a 503, nothing
+        // deleted, when it does not answer), then deleted here, then released there.
+        context.run(CurrentAccount(), as: caller, answering: responder) { result in
+            switch result {
+            case .success(let account):
+                guard let email = account?.email else {
+                    return deleteOnShard(releasing: nil, caller, responder, context)
+                }
+                directory.unlink(email, of: caller) { unlinked in
+                    guard unlinked else { return responder.respond(APIError.directoryUnavailable.response) }
+                    deleteOnShard(releasing: email, caller, responder, context)
+                }
+            case .failure(let failure):
+                responder.respond(context.failure(failure).response)
+            }
+        }
+    }
+
+    private func deleteOnShard(
+        releasing email: String?, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext
+    ) {
         context.run(DeleteAccount(), as: caller, answering: responder) { result in
+            if let email, let directory = context.directory, case .success(.deleted) = result {
+                directory.release(email, of: caller) { responder.respond(HTTPResponse(status: .noContent)) }
+                return
+            }
             switch result {
             case .success(.deleted): responder.respond(HTTPResponse(status: .noContent))
             case .success(.revoked): responder.respond(Accounts.sessionRevoked.response)

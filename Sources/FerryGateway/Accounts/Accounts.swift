@@ -26,8 +26,14 @@ final class Accounts: Sendable {
     /// Password hashes in flight per client address and per email.
     let passwordsInFlight: PasswordsInFlight
     let logger: Logger
+    /// Forwards sign-ins to the shard the email directory names, when `--shard-urls` and
+    /// `--directory-database-url` are set.
+    let forwarder: ShardForwarder?
 
     init(configuration: GatewayConfiguration, logger: Logger) {
+        forwarder =
+            configuration.shardURLs.isEmpty || configuration.directoryDatabaseURL == nil
+            ? nil : ShardForwarder(urls: configuration.shardURLs)
         tokens = AccessTokenSigner(
             secret: configuration.jwtSecret, previousSecret: configuration.jwtPreviousSecret,
             lifetimeSeconds: configuration.accessTokenSeconds, leewaySeconds: configuration.tokenLeewaySeconds)

@@ -16,17 +16,62 @@ enum EmailConfirmation {
         guard let code = OneTimeCode.normalize(body.code) else {
             return responder.respond(APIError.invalidCode.response)
         }
-        context.run(ConfirmEmail(codeHash: OneTimeCode.hash(code)), as: caller, answering: responder) { result in
+        let query = ConfirmEmail(codeHash: OneTimeCode.hash(code))
+        guard let directory = context.directory else {
+            return confirmOnShard(query, claim: nil, caller, responder, context)
+        }
+        // With a directory, whoever confirms first across shards owns the email: the
+        // caller's email claimed there first (``EmailDirectory``).
+        context.run(CurrentAccount(), as: caller, answering: responder) { result in
             switch result {
-            case .success(.confirmed(let email)):
-                let user = UserBody(id: caller.userID, email: email, emailConfirmed: true)
-                responder.respond(UserOnly(user: user).response)
-            case .success(.invalidCode): responder.respond(APIError.invalidCode.response)
-            case .success(.emailInUse): responder.respond(APIError.emailInUse.response)
-            case .success(.anonymous): responder.respond(APIError.nothingToConfirm.response)
-            case .success(.revoked): responder.respond(Accounts.sessionRevoked.response)
-            case .failure(let failure): responder.respond(context.failure(failure).response)
+            case .success(let account):
+                guard let account, let email = account.email, !account.emailConfirmed else {
+                    return confirmOnShard(query, claim: nil, caller, responder, context)
+                }
+                guard context.admit(caller, answering: responder) else { return }
+                directory.claim(email, for: caller) { outcome in
+                    context.requests.finish(caller)
+                    switch outcome {
+                    case .claimed(let claim): confirmOnShard(query, claim: claim, caller, responder, context)
+                    case .refused(let refusal): responder.respond(refusal.response)
+                    }
+                }
+            case .failure(let failure):
+                responder.respond(context.failure(failure).response)
             }
+        }
+    }
+
+    private static func confirmOnShard(
+        _ query: ConfirmEmail, claim: EmailDirectory.Claim?, _ caller: Identity, _ responder: HTTPResponder,
+        _ context: LoopContext
+    ) {
+        context.run(query, as: caller, answering: responder) { result in
+            if let claim, let directory = context.directory, case .success(let answer) = result {
+                var confirmed = false
+                if case .confirmed = answer { confirmed = true }
+                directory.settle(claim, linked: confirmed, confirmed: true, on: context.pool) {
+                    answerConfirm(result, caller, responder, context)
+                }
+            } else {
+                answerConfirm(result, caller, responder, context)
+            }
+        }
+    }
+
+    private static func answerConfirm(
+        _ result: Result<ConfirmEmail.Answer, QueryFailure>, _ caller: Identity, _ responder: HTTPResponder,
+        _ context: LoopContext
+    ) {
+        switch result {
+        case .success(.confirmed(let email)):
+            let user = UserBody(id: caller.userID, email: email, emailConfirmed: true)
+            responder.respond(UserOnly(user: user).response)
+        case .success(.invalidCode): responder.respond(APIError.invalidCode.response)
+        case .success(.emailInUse): responder.respond(APIError.emailInUse.response)
+        case .success(.anonymous): responder.respond(APIError.nothingToConfirm.response)
+        case .success(.revoked): responder.respond(Accounts.sessionRevoked.response)
+        case .failure(let failure): responder.respond(context.failure(failure).response)
         }
     }
 

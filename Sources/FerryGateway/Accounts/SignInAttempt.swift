@@ -25,6 +25,32 @@ struct SignInAttempt {
         guard let body = responder.success(of: SignInRequest.read(request)),
             let anonymousUserID = responder.success(of: accounts.anonymousUser(of: request))
         else { return }
+        // An email the directory puts on another shard: that shard's gateways answer
+        // (without a device's anonymous session only: across shards that is not built).
+        if let directory = context.directory, let forwarder = accounts.forwarder, anonymousUserID == nil,
+            request.headers[ShardForwarder.forwardedHeader] == nil
+        {
+            let client = request.remoteAddress.map { $0.ip.description }
+            let bytes = request.body
+            return directory.locate(body.email, shardPool: context.pool) { location in
+                switch location {
+                case .here: reserve(body, nil, request, responder, context, accounts)
+                case .unknown: responder.respond(APIError.directoryUnavailable.response)
+                case .shard(let shard):
+                    let waiting = LoopBound(responder, loop: responder.loop)
+                    forwarder.post("/v1/auth/signin", body: bytes, client: client, to: shard, on: responder.loop) {
+                        waiting.value.respond($0)
+                    }
+                }
+            }
+        }
+        reserve(body, anonymousUserID, request, responder, context, accounts)
+    }
+
+    private static func reserve(
+        _ body: SignInRequest, _ anonymousUserID: String?, _ request: HTTPRequest, _ responder: HTTPResponder,
+        _ context: LoopContext, _ accounts: Accounts
+    ) {
         PasswordCheckReservation.reserve(
             email: body.email, address: Accounts.clientKey(request), accounts: accounts, responder: responder,
             context: context

@@ -26,6 +26,9 @@ public final class Gateway: Sendable {
     private let purger: LoopBound<TombstonePurger>?
     /// The mail sender on loop 0, when an SMTP relay is configured.
     private let mailer: LoopBound<MailSender>?
+    /// The settling of this shard's stale email directory claims on loop 0, when a
+    /// directory is configured.
+    let reconciler: LoopBound<ClaimReconciler>?
     let accounts: Accounts
     /// Requests in flight per device and per user, for every loop.
     let requests: RequestsInFlight
@@ -52,6 +55,11 @@ public final class Gateway: Sendable {
             replica.preparesStatements = requestDatabase.preparesStatements
             return replica
         }
+        let directoryDatabase = try configuration.directoryDatabaseURL.map { url in
+            try PostgresConfiguration(
+                url, applicationName: "ferry-directory",
+                statementTimeoutMilliseconds: configuration.statementTimeoutMilliseconds)
+        }
         let listenDatabase = try PostgresConfiguration(
             configuration.listenDatabaseURL, applicationName: "ferry-listener")
         let group = LoopGroup(count: configuration.threads)
@@ -75,9 +83,15 @@ public final class Gateway: Sendable {
             let replicas = ReadReplicas(
                 loop: loop, databases: readDatabases, primary: pool, poolSize: configuration.poolSize,
                 waitMilliseconds: UInt64(configuration.replicaWaitMilliseconds))
+            let directory = directoryDatabase.map { database in
+                EmailDirectory(
+                    pool: PostgresPool(
+                        loop: loop, configuration: database, maxConnections: max(configuration.poolSize / 4, 2)),
+                    logger: logger)
+            }
             let context = LoopContext(
                 loop: loop, pool: pool, logger: logger, streams: streamPolicy, accounts: accounts, quota: quota,
-                requests: requests, replicas: replicas)
+                requests: requests, replicas: replicas, directory: directory)
             let index = group.loops.firstIndex { $0 === loop }!
             made.withLock { $0[index] = LoopBound(context, loop: loop) }
             // The listener's loop, whose pool sends the probe.
@@ -96,6 +110,13 @@ public final class Gateway: Sendable {
                 sending: TombstonePurger(
                     context: contexts[0], logger: logger, everySeconds: every,
                     retentionSeconds: configuration.tombstoneRetentionSeconds),
+                loop: contexts[0].loop)
+        }
+        reconciler = configuration.directoryDatabaseURL.map { _ in
+            LoopBound(
+                sending: ClaimReconciler(
+                    context: contexts[0], olderThanSeconds: configuration.directoryClaimSeconds,
+                    confirmed: configuration.requiresEmailConfirmation),
                 loop: contexts[0].loop)
         }
         mailer = configuration.smtpURL.map { url in
@@ -209,6 +230,9 @@ public final class Gateway: Sendable {
         if let mailer {
             mailer.loop.execute { mailer.value.start() }
         }
+        if let reconciler {
+            reconciler.loop.execute { reconciler.value.start() }
+        }
         return address
     }
 
@@ -281,6 +305,14 @@ public final class Gateway: Sendable {
                 }
             }
         }
+        if let reconciler {
+            await withCheckedContinuation { continuation in
+                reconciler.loop.execute {
+                    reconciler.value.close()
+                    continuation.resume()
+                }
+            }
+        }
         if let mailer {
             await withCheckedContinuation { continuation in
                 mailer.loop.execute {
@@ -299,5 +331,17 @@ public final class Gateway: Sendable {
         }
         accounts.passwords.close()
         group.stopAndWait()
+    }
+
+    /// Settles this shard's email directory claims pending for more than
+    /// `olderThanSeconds` now, as the reconciliation timer does: how many were settled,
+    /// or nil when the directory or the database failed (or none is configured).
+    public func reconcileEmailClaims(olderThanSeconds: Int) async -> Int? {
+        guard let reconciler else { return nil }
+        return await withCheckedContinuation { continuation in
+            reconciler.loop.execute {
+                reconciler.value.round(olderThanSeconds: olderThanSeconds) { continuation.resume(returning: $0) }
+            }
+        }
     }
 }

@@ -16,6 +16,16 @@ public struct GatewayConfiguration: Sendable {
     /// Milliseconds a pull waits for a read replica to replay past the primary's position
     /// at the pull's arrival before it runs on the primary instead.
     public var replicaWaitMilliseconds: Int
+    /// PostgreSQL URL of the email directory shared by every shard (`--directory-database-url`,
+    /// docs/SCALING.md "The email directory"); nil: unsharded, an email is unique in this
+    /// database only.
+    public var directoryDatabaseURL: String?
+    /// Seconds a directory claim may stay pending before this shard's gateways settle it
+    /// against their database (`--directory-claim-seconds`).
+    public var directoryClaimSeconds: Int
+    /// Each other shard's gateways' base URL (`--shard-urls`, `1=http://host:port,…`): a
+    /// sign-in for an email the directory puts on another shard is forwarded there.
+    public var shardURLs: [Int: String]
     /// Host to bind (numeric IPv4 or IPv6).
     public var host: String
     /// Port to bind; 0 picks a free one.
@@ -149,6 +159,17 @@ public struct GatewayConfiguration: Sendable {
             "read-database-url", env: "FERRY_READ_DATABASE_URL",
             help: "PostgreSQL URLs of hot standbys for pulls and /v1/schema, comma-separated (default: none)",
             isOptional: true, isSecret: true),
+        Setting(
+            "directory-database-url", env: "FERRY_DIRECTORY_DATABASE_URL",
+            help: "PostgreSQL URL of the email directory every shard shares (docs/SCALING.md); default: none",
+            isOptional: true, isSecret: true),
+        Setting(
+            "directory-claim-seconds", env: "FERRY_DIRECTORY_CLAIM_SECONDS", default: "120",
+            help: "seconds a directory claim may stay pending before its shard settles it (longer than any link takes)"),
+        Setting(
+            "shard-urls", env: "FERRY_SHARD_URLS",
+            help: "each shard's gateways, <shard>=http://host:port comma-separated, for sign-ins of their emails",
+            isOptional: true),
         Setting(
             "replica-wait-ms", env: "FERRY_REPLICA_WAIT_MS", default: "200",
             help: "milliseconds a pull waits for a read replica to replay what it must see, then runs on the primary"),
@@ -327,6 +348,23 @@ public struct GatewayConfiguration: Sendable {
             return url
         }
         replicaWaitMilliseconds = try values.integer("replica-wait-ms", in: 0...60_000)!
+        directoryDatabaseURL =
+            values.string("directory-database-url") == nil
+            ? nil : try Self.postgresURL(values, "directory-database-url")
+        directoryClaimSeconds = try values.integer("directory-claim-seconds", in: 0...86_400)!
+        shardURLs = [:]
+        for entry in (values.string("shard-urls") ?? "").split(separator: ",") {
+            let parts = entry.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, let shard = Int(parts[0]), (0...65535).contains(shard),
+                parts[1].hasPrefix("http://") || parts[1].hasPrefix("https://")
+            else {
+                throw SettingsError(
+                    "invalid \(values.name("shard-urls")): expected <shard>=http://host:port, comma-separated")
+            }
+            var url = String(parts[1])
+            while url.hasSuffix("/") { url.removeLast() }
+            shardURLs[shard] = url
+        }
         (host, port) = try Self.hostAndPort(values.string("listen")!, name: values.name("listen"))
         sharesPort = values.isOn("share-port")
         do {

@@ -11,6 +11,8 @@ final class LoopContext: HTTPObserver {
     let pool: PostgresPool
     /// The read replicas pulls and `/v1/schema` go to, when `--read-database-url` names any.
     let replicas: ReadReplicas?
+    /// The email directory every shard shares, when `--directory-database-url` names one.
+    let directory: EmailDirectory?
     /// The process's count of requests in flight per device and user (shared by every loop).
     let requests: RequestsInFlight
     /// The process's log.
@@ -21,12 +23,14 @@ final class LoopContext: HTTPObserver {
 
     init(
         loop: EventLoop, pool: PostgresPool, logger: Logger, streams: StreamPolicy, accounts: Accounts,
-        quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight, replicas: ReadReplicas? = nil
+        quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight, replicas: ReadReplicas? = nil,
+        directory: EmailDirectory? = nil
     ) {
         loop.preconditionInEventLoop()
         self.loop = loop
         self.pool = pool
         self.replicas = replicas
+        self.directory = directory
         self.requests = requests
         self.logger = logger
         self.log = LogBuffer(logger: logger, loop: loop)
@@ -47,6 +51,7 @@ final class LoopContext: HTTPObserver {
     func close() {
         pool.close()
         replicas?.close()
+        directory?.close()
         log.close()
     }
 

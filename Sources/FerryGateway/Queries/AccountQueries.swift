@@ -224,7 +224,7 @@ struct LinkEmail: SingleRowQuery {
         ]
     }
 
-    enum Answer: QueryRowDecodable {
+    enum Answer: QueryRowDecodable, Equatable {
         case linked
         case alreadyLinked
         case emailInUse

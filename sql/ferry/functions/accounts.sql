@@ -422,6 +422,19 @@ as $$
     select r.session_id, r.revoked_at from ferry.revocations r where r.revoked_at >= p_since;
 $$;
 
+-- Whether user p_user of this shard has p_email as its own (confirmed too, when
+-- p_confirmed): what settles the email directory's pending claim of (this shard, p_user)
+-- (docs/SCALING.md, "The email directory"). The gateway's, with no caller.
+create or replace function ferry.user_has_email(p_user uuid, p_email text, p_confirmed boolean) returns boolean
+language sql stable security definer set search_path = ''
+as $$
+    select exists (
+        select from ferry.users u
+        where u.id = p_user and pg_catalog.lower(u.email) = pg_catalog.lower(p_email)
+            and (u.email_confirmed or not p_confirmed)
+    )
+$$;
+
 -- MARK: - Grants
 
 revoke all on function
@@ -431,13 +444,15 @@ revoke all on function
     ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.locked_caller(),
     ferry.link_email(text, text, boolean, text, text, integer),
     ferry.sign_out(), ferry.delete_account(), ferry.cleanup_anonymous(interval, integer),
-    ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz)
+    ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz),
+    ferry.user_has_email(uuid, text, boolean)
 from public;
 
 grant execute on function
     ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
     ferry.sign_in(uuid, text, text, uuid, text), ferry.cleanup_anonymous(interval, integer),
-    ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz)
+    ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz),
+    ferry.user_has_email(uuid, text, boolean)
 to ferry_gateway;
 
 grant execute on function
