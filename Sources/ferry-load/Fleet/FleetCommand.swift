@@ -52,6 +52,13 @@ enum FleetCommand: Command {
         default: throw LoadError("unknown --scenario \(scenario)")
         }
         try mix.validate()
+        // Two descriptors a device (its connection and its stream), companions included.
+        let descriptors = Int(Double(mix.devices) * (1 + mix.linkedShare) * 2) + 256
+        guard descriptors <= FerryLoadCLI.fileLimit else {
+            throw LoadError(
+                "\(mix.devices) devices need about \(descriptors) descriptors, the open-file limit is "
+                    + "\(FerryLoadCLI.fileLimit): raise it (ulimit -Hn) or run several ferry-load fleet processes")
+        }
         let seconds = try values.integer("seconds", in: 0...86_400)!
         let loopCount = try values.integer("loops", in: 1...64)!
         let loadTimeout = try values.integer("load-timeout", in: 1...86_400)!
@@ -108,6 +115,8 @@ enum FleetCommand: Command {
         try progress.wait(upTo: 120, what: "requests drained") { allIdle(fleets) }
         for fleet in fleets { fleet.loop.runAndWait { fleet.finalPulls() } }
         try progress.wait(upTo: 120, what: "final pulls") { allIdle(fleets) }
+        for fleet in fleets { fleet.loop.runAndWait { fleet.freeze() } }
+        try progress.wait(upTo: 120, what: "pulls cued by the final pulls' neighbours") { allIdle(fleets) }
         let differences = try FleetCheck.run(fleets)
         for fleet in fleets { fleet.loop.runAndWait { fleet.closeEverything() } }
 

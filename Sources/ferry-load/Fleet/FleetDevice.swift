@@ -6,7 +6,8 @@ import Foundation
 /// requests (one at a time, as an app's sync engine sends them), a stream, a local
 /// copy built from its own pulls, an outbox. Loop thread only; owned by its ``FleetLoop``.
 final class FleetDevice {
-    enum Phase { case signingUp, loading, running, stopping, idle, failed }
+    /// `stopping`: no more writes, pulls still merge; `frozen`: nothing more (the check reads the copy).
+    enum Phase { case signingUp, loading, running, stopping, frozen, idle, failed }
 
     let index: Int
     let tag: String
@@ -49,6 +50,10 @@ final class FleetDevice {
 
     /// A request waits for its retry: nothing else may start on the connection meanwhile.
     var waitingToRetry = false
+    /// Retries in a row of the request waiting: the delay doubles with each (a busy hasher answers 503).
+    var retries = 0
+    /// Whether the device finished its first load once (a later sign-in loads again, but the fleet has started).
+    var loadedOnce = false
 
     var isBusy: Bool { http.isBusy || waitingToRetry }
 
@@ -106,6 +111,8 @@ final class FleetDevice {
         let started = MonotonicClock.now()
         closeStream()
         request("POST", "/v1/auth/signout", operation: "signout", started: started) { [self] _ in
+            // The revoked session's token must not go with the sign-in (401 session_revoked).
+            token = ""
             signIn(email: email)
         }
     }
@@ -113,7 +120,8 @@ final class FleetDevice {
     // MARK: - Sync
 
     private func firstLoad() {
-        phase = .loading
+        // A sign-in answered after the fleet stopped loads, but does not start running again.
+        if phase != .stopping && phase != .frozen { phase = .loading }
         needsPull = true
         pump()
     }
@@ -151,6 +159,7 @@ final class FleetDevice {
 
     private func startRunning() {
         phase = .running
+        loadedOnce = true
         let now = MonotonicClock.now()
         openStream()
         schedulePush(from: now)
@@ -286,6 +295,11 @@ final class FleetDevice {
         signOutDueAt = .max
     }
 
+    /// Ends all activity: cues no longer pull (the check is about to read the copy).
+    func freeze() {
+        if phase == .stopping { phase = .frozen }
+    }
+
     func finalPull() {
         guard phase == .stopping else { return }
         needsPull = true
@@ -304,6 +318,7 @@ final class FleetDevice {
                 owner.countError("transport:\(reason)")
                 retryLater(method, path, body: body, operation: operation, answered, rejected: rejected)
             case .answered(let status, let bytes) where (200..<300).contains(status):
+                retries = 0
                 owner.record(operation, since: started)
                 answered(bytes)
             case .answered(let status, let bytes):
@@ -312,6 +327,7 @@ final class FleetDevice {
                 if status >= 500 || status == 429 {
                     retryLater(method, path, body: body, operation: operation, answered, rejected: rejected)
                 } else if let rejected {
+                    retries = 0
                     rejected(code)
                     pump()
                 } else {
@@ -329,7 +345,9 @@ final class FleetDevice {
         serverIndex = (serverIndex + 1) % owner.servers.count
         http.server = owner.servers[serverIndex]
         waitingToRetry = true
-        owner.loop.schedule(after: 100 + owner.jitter() / 1_000_000 / 4) { [self] in
+        retries += 1
+        let delay = min(UInt64(5_000), UInt64(100) << UInt64(min(retries, 6))) + owner.jitter() / 1_000_000 / 4
+        owner.loop.schedule(after: delay) { [self] in
             waitingToRetry = false
             guard phase != .failed, phase != .idle else { return }
             request(

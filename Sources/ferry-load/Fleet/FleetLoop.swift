@@ -99,7 +99,7 @@ final class FleetLoop: @unchecked Sendable {
 
     /// Whether every device due has signed up and finished its first load.
     var allLoaded: Bool {
-        signedUp == toSignUp.count && devices.values.allSatisfy { $0.phase != .signingUp && $0.phase != .loading }
+        signedUp == toSignUp.count && devices.values.allSatisfy { $0.loadedOnce || $0.phase == .failed }
     }
 
     /// The local address device `index` connects from: 20,000 devices per address (two connections each).
@@ -157,6 +157,8 @@ final class FleetLoop: @unchecked Sendable {
     var allIdle: Bool { devices.values.allSatisfy { !$0.isBusy && !$0.needsPull && $0.pendingBatch == nil } }
 
     func finalPulls() { for device in devices.values { device.finalPull() } }
+
+    func freeze() { for device in devices.values { device.freeze() } }
 
     func closeEverything() {
         for sets in streamSets { for set in sets { set.closeAll() } }

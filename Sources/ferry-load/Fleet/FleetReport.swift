@@ -122,7 +122,7 @@ enum FleetCheck {
 
     private static func check(_ fleet: FleetLoop, _ done: @escaping ([String]) -> Void) {
         var users: [String: [FleetDevice]] = [:]
-        for device in fleet.devices.values where device.phase == .stopping && !device.userID.isEmpty {
+        for device in fleet.devices.values where device.phase == .frozen && !device.userID.isEmpty {
             users[device.userID, default: []].append(device)
         }
         var differences: [String] = []
