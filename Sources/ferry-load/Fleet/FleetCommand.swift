@@ -70,18 +70,22 @@ enum FleetCommand: Command {
         let runTag = String(UUID().uuidString.prefix(8)).lowercased()
         let sourceBase = (UInt8.random(in: 100...200), UInt8.random(in: 0...200))
         let loops = (0..<loopCount).map { EventLoop.spawn(name: "fleet-\($0)") }
-        defer {
-            for loop in loops {
-                loop.stop()
-                loop.waitUntilStopped()
-            }
-        }
         let fleets = loops.enumerated().map { number, loop in
             FleetLoop(
                 loop: loop, servers: servers, mix: mix, tables: tables, runTag: runTag,
                 devices: Array(stride(from: number, to: mix.devices, by: loopCount)),
                 companionStart: mix.devices + number, companionStride: loopCount,
                 signUpsPerSecond: mix.signUpsPerSecond / Double(loopCount), sourceBase: sourceBase)
+        }
+        // The loops stop before the fleets go: a timer still due must not find its device's
+        // loop gone (a release build ends `fleets`' lifetime at its last use, not here).
+        defer {
+            withExtendedLifetime(fleets) {
+                for loop in loops {
+                    loop.stop()
+                    loop.waitUntilStopped()
+                }
+            }
         }
         let progress = FleetProgress(fleets: fleets)
         let usage = ResourceUsage(gateways: gatewayPIDs, postmaster: postmaster)

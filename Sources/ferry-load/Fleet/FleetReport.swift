@@ -218,20 +218,23 @@ struct FleetReport {
     }
 
     func printTable() {
+        func cell(_ text: String, _ width: Int) -> String {
+            String(repeating: " ", count: max(0, width - text.count)) + text
+        }
         printLine(
-            String(
-                format: "%-16@ %9@ %9@ %9@ %9@ %9@", "operation" as NSString, "count" as NSString,
-                "per_s" as NSString, "p50_ms" as NSString, "p99_ms" as NSString, "max_ms" as NSString))
+            "operation".padding(toLength: 16, withPad: " ", startingAt: 0)
+                + ["count", "per_s", "p50_ms", "p99_ms", "max_ms"].map { cell($0, 10) }.joined())
         for (name, values) in samples.sorted(by: { $0.key < $1.key }) {
             let p = Percentiles(values)!
+            let rate = Double(p.count) / max(loadSeconds + steadySeconds, 0.001)
             printLine(
-                String(
-                    format: "%-16@ %9d %9.1f %9.3f %9.3f %9.3f", name as NSString, p.count,
-                    Double(p.count) / max(loadSeconds + steadySeconds, 0.001), p.p50, p.p99, p.max))
+                name.padding(toLength: 16, withPad: " ", startingAt: 0) + cell("\(p.count)", 10)
+                    + [rate, p.p50, p.p99, p.max].map { cell(String(format: "%.1f", $0), 10) }.joined())
         }
         printLine("devices \(devices) users \(users) websocket \(webSocketDevices) failed \(failedDevices)")
         printLine(
-            "mutations \(mutations) mutations_per_second_steady \(Int(Double(mutations) / max(steadySeconds, 0.001)))")
+            "mutations \(mutations) mutations_per_second \(Int(Double(mutations) / max(loadSeconds + steadySeconds, 0.001)))"
+        )
         printLine(
             "load_seconds \(String(format: "%.1f", loadSeconds)) steady_seconds \(String(format: "%.1f", steadySeconds))"
         )
