@@ -57,8 +57,16 @@ public final class StreamSet: @unchecked Sendable {
     public private(set) var arrivals: [(index: Int32, at: UInt64)] = []
     /// Called once when every order has opened or failed.
     public var onSettled: (() -> Void)?
+    /// Called with a stream's index when its hello arrives (the fleet pulls then).
+    public var onOpened: ((Int) -> Void)?
+    /// Called with a stream's index for every cue.
+    public var onCue: ((Int) -> Void)?
+    /// Called with a stream's index when it could not open or closed after opening.
+    public var onEnded: ((Int) -> Void)?
 
     private var streams: [StreamClient] = []
+    /// The latest stream of each index opened through ``add(_:)`` (the fleet's, which reconnect).
+    private var current: [Int: StreamClient] = [:]
     private var orders: [StreamOrder] = []
     private var nextOrder = 0
     private var opening = 0
@@ -102,11 +110,29 @@ public final class StreamSet: @unchecked Sendable {
         return (count, latest)
     }
 
+    /// Opens one more stream at once, past the handshake bound (the fleet's devices
+    /// open and reopen their own, already spread in time).
+    public func add(_ order: StreamOrder) {
+        loop.preconditionInEventLoop()
+        let stream = StreamClient(order: order, set: self)
+        current[order.index] = stream
+        stream.ownsSettling = false
+        stream.connect()
+    }
+
+    /// Closes the stream ``add(_:)`` opened for `index`, if it is still there.
+    public func close(index: Int) {
+        loop.preconditionInEventLoop()
+        current.removeValue(forKey: index)?.closeQuietly()
+    }
+
     /// Closes every stream.
     public func closeAll() {
         loop.preconditionInEventLoop()
         nextOrder = orders.count
         for stream in streams { stream.connection?.close() }
+        for stream in current.values { stream.closeQuietly() }
+        current = [:]
     }
 
     private func startMore() {
@@ -122,20 +148,38 @@ public final class StreamSet: @unchecked Sendable {
 
     // MARK: - Reports from the streams
 
-    fileprivate func streamOpened() {
+    fileprivate func streamOpened(_ stream: StreamClient) {
         opened += 1
+        guard stream.ownsSettling else { return reportOpened(stream) }
         finishedOpening()
     }
 
-    fileprivate func streamFailed(_ reason: String) {
+    fileprivate func streamFailed(_ stream: StreamClient, _ reason: String) {
         failures[reason, default: 0] += 1
+        guard stream.ownsSettling else { return reportEnded(stream) }
         finishedOpening()
     }
 
-    fileprivate func streamDropped() { dropped += 1 }
+    fileprivate func streamDropped(_ stream: StreamClient) {
+        dropped += 1
+        if !stream.ownsSettling { reportEnded(stream) }
+    }
 
     fileprivate func streamCued(_ stream: StreamClient, at time: UInt64) {
         if recordsArrivals { arrivals.append((Int32(stream.index), time)) }
+        if !stream.ownsSettling && current[stream.index] === stream { onCue?(stream.index) }
+    }
+
+    fileprivate func streamDroppedQuietly() { dropped += 1 }
+
+    private func reportOpened(_ stream: StreamClient) {
+        if current[stream.index] === stream { onOpened?(stream.index) }
+    }
+
+    private func reportEnded(_ stream: StreamClient) {
+        guard current[stream.index] === stream else { return }
+        current[stream.index] = nil
+        onEnded?(stream.index)
     }
 
     private func finishedOpening() {
@@ -152,6 +196,8 @@ final class StreamClient: TCPConnectionDelegate {
     let index: Int
     private(set) var connection: TCPConnection?
     private(set) var lastCueAt: UInt64 = 0
+    /// Whether the stream counts toward its set's bounded opening (``StreamSet/open(_:)``), or was added alone.
+    var ownsSettling = true
     private unowned let set: StreamSet
     private var phase = Phase.connecting
     private var token: String?
@@ -238,7 +284,7 @@ final class StreamClient: TCPConnectionDelegate {
         switch phase {
         case .open:
             phase = .closed
-            set.streamDropped()
+            set.streamDropped(self)
         case .closed:
             return
         case .connecting, .awaitingHead, .awaitingHello:
@@ -303,7 +349,7 @@ final class StreamClient: TCPConnectionDelegate {
         case "hello":
             guard phase == .awaitingHello else { return }
             phase = .open
-            set.streamOpened()
+            set.streamOpened(self)
         case "cue":
             guard phase == .open else { return }
             lastCueAt = time
@@ -313,10 +359,17 @@ final class StreamClient: TCPConnectionDelegate {
         }
     }
 
+    /// Closes the stream without reporting its end to the set (the device closed it on purpose).
+    func closeQuietly() {
+        if phase == .open { set.streamDroppedQuietly() }
+        phase = .closed
+        connection?.close()
+    }
+
     private func close(reason: String) {
         if phase == .open {
             phase = .closed
-            set.streamDropped()
+            set.streamDropped(self)
         } else if phase != .closed {
             fail(reason)
         }
@@ -329,7 +382,7 @@ final class StreamClient: TCPConnectionDelegate {
         frames = nil
         events = nil
         chunks = nil
-        set.streamFailed(reason)
+        set.streamFailed(self, reason)
         connection?.close()
     }
 }
