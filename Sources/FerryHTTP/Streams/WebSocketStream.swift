@@ -3,10 +3,16 @@ import FerryLoop
 
 /// An RFC 6455 WebSocket as an ``EventStream``, on wslay's event API. Loop thread only.
 ///
-/// Per idle stream it holds this object, the ``TCPConnection`` and wslay's context
-/// (about 8.8 KiB, which keeps a partial frame's bytes between reads): no read buffer of
-/// its own (wslay's receive callback copies from the loop's shared read buffer, during
-/// the read) and no timer while open (the owner drives ``heartbeat()``). wslay copies an
+/// Per idle stream it holds this object and the ``TCPConnection``: no read buffer of its
+/// own (wslay's receive callback copies from the loop's shared read buffer, during the
+/// read), no timer while open (the owner drives ``heartbeat()``) and no wslay context.
+/// wslay's event context (about 8.8 KiB: a 4 KiB input buffer, a 4 KiB output buffer and
+/// its queues) is made when bytes arrive or a frame must be sent, and freed again once
+/// the stream is idle: every byte handed to wslay belongs to a frame it has finished (no
+/// partial header or payload in its buffer), no fragmented message is half received,
+/// nothing is queued to send, and no close frame went either way. wslay keeps no other
+/// state between messages (its UTF-8 check and message buffer are per message), so a
+/// fresh context parses the next frame exactly as the old one would have. wslay copies an
 /// outgoing message until it is framed, which happens at once: the send callback hands
 /// every byte to the connection, which queues only what the kernel does not take.
 ///
@@ -24,7 +30,19 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     public let tcp: TCPConnection
     /// How long the peer has to answer our close frame before the connection closes.
     public let closeTimeoutMilliseconds: UInt64
+    /// wslay's context while a frame or message is in flight (see the type's comment).
     private var context: wslay_event_context_ptr?
+    private let maxMessageBytes: Int
+    /// Bytes handed to wslay's context since it was made, and the bytes of the frames it
+    /// has finished parsing (header and payload): equal when it holds no partial frame.
+    private var bytesToWslay: UInt64 = 0
+    private var bytesOfFinishedFrames: UInt64 = 0
+    /// The size (header and payload) of the frame wslay is parsing.
+    private var currentFrameBytes: UInt64 = 0
+    /// A data message has started (its first frame arrived) and not yet ended.
+    private var isMessageInFlight = false
+    /// Making wslay's context failed (out of memory): the connection is closing.
+    private var contextFailed = false
     /// The bytes of the read being handed to wslay; empty between reads.
     private var input = UnsafeRawBufferPointer(start: nil, count: 0)
     private var isReceiving = false
@@ -46,13 +64,20 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     public var transport: EventStreamTransport { .webSocket }
     public var unsentBytes: Int { tcp.unsentBytes + heldHeaderCount }
     public var isOpen: Bool {
-        guard let context, tcp.isOpen, !closeQueuedByUs, !isClosingConnection else { return false }
+        guard tcp.isOpen, !contextFailed, !closeQueuedByUs, !isClosingConnection else { return false }
+        // Without a context no close frame went either way (it is freed only when idle).
+        guard let context else { return true }
         return wslay_event_get_close_received(context) == 0 && wslay_event_get_write_enabled(context) != 0
     }
 
-    private init(tcp: TCPConnection, closeTimeoutMilliseconds: UInt64) {
+    /// Whether the stream holds wslay's context now: while a frame or message is in
+    /// flight or the stream is closing, not while it is idle. For tests and diagnostics.
+    public var holdsFramingContext: Bool { context != nil }
+
+    private init(tcp: TCPConnection, closeTimeoutMilliseconds: UInt64, maxMessageBytes: Int) {
         self.tcp = tcp
         self.closeTimeoutMilliseconds = closeTimeoutMilliseconds
+        self.maxMessageBytes = max(maxMessageBytes, 0)
     }
 
     /// Completes the handshake on a connection that ``HTTPResponder/takeOver(_:)`` handed
@@ -67,7 +92,31 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
         closeTimeoutMilliseconds: UInt64 = 2_000
     ) -> WebSocketStream {
         tcp.loop.preconditionInEventLoop()
-        let stream = WebSocketStream(tcp: tcp, closeTimeoutMilliseconds: closeTimeoutMilliseconds)
+        let stream = WebSocketStream(
+            tcp: tcp, closeTimeoutMilliseconds: closeTimeoutMilliseconds, maxMessageBytes: maxMessageBytes)
+        tcp.delegate = stream
+        tcp.write(handshake.responseHead)
+        if bufferedBytes.isEmpty {
+            tcp.startReading()
+        } else {
+            tcp.loop.schedule(after: 0) { [weak stream] in
+                guard let stream else { return }
+                bufferedBytes.withUnsafeBytes { stream.connection(tcp, didRead: $0) }
+                if tcp.isOpen && !stream.isClosingConnection { tcp.startReading() }
+            }
+        }
+        return stream
+    }
+
+    private static func from(_ userData: UnsafeMutableRawPointer?) -> WebSocketStream {
+        Unmanaged<WebSocketStream>.fromOpaque(userData!).takeUnretainedValue()
+    }
+
+    /// wslay's context, made now if the stream is idle; nil (and the connection closing)
+    /// when it cannot be made.
+    private func framingContext() -> wslay_event_context_ptr? {
+        if let context { return context }
+        guard !contextFailed else { return nil }
         var callbacks = wslay_event_callbacks(
             recv_callback: { context, buffer, length, _, userData in
                 WebSocketStream.from(userData).receive(into: buffer!, length: length, context: context)
@@ -78,65 +127,69 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             },
             genmask_callback: nil,
             on_frame_recv_start_callback: { _, argument, userData in
+                let frame = argument!.pointee
                 WebSocketStream.from(userData).frameStarted(
-                    opcode: argument!.pointee.opcode, payloadLength: argument!.pointee.payload_length)
+                    opcode: frame.opcode, final: frame.fin != 0, payloadLength: frame.payload_length)
             },
             on_frame_recv_chunk_callback: nil,
-            on_frame_recv_end_callback: nil,
+            on_frame_recv_end_callback: { _, userData in
+                WebSocketStream.from(userData).frameEnded()
+            },
             on_msg_recv_callback: { _, argument, userData in
                 let message = argument!.pointee
                 WebSocketStream.from(userData).received(
                     opcode: message.opcode, UnsafeRawBufferPointer(start: message.msg, count: message.msg_length))
             })
-        var context: wslay_event_context_ptr?
-        let status = wslay_event_context_server_init(
-            &context, &callbacks, Unmanaged.passUnretained(stream).toOpaque())
-        tcp.delegate = stream
-        guard status == 0, let context else {
-            // Out of memory: refuse with what HTTP still allows, then let go.
-            tcp.write("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            tcp.closeAfterWrites()
-            return stream
+        var made: wslay_event_context_ptr?
+        let status = wslay_event_context_server_init(&made, &callbacks, Unmanaged.passUnretained(self).toOpaque())
+        guard status == 0, let made else {
+            // Out of memory: no frame can be parsed or sent; let go of the connection.
+            contextFailed = true
+            tcp.close()
+            return nil
         }
-        stream.context = context
-        wslay_event_config_set_max_recv_msg_length(context, UInt64(max(maxMessageBytes, 0)))
-        tcp.write(handshake.responseHead)
-        if bufferedBytes.isEmpty {
-            tcp.startReading()
-        } else {
-            tcp.loop.schedule(after: 0) { [weak stream] in
-                guard let stream else { return }
-                bufferedBytes.withUnsafeBytes { stream.connection(tcp, didRead: $0) }
-                if stream.context != nil && !stream.isClosingConnection { tcp.startReading() }
-            }
-        }
-        return stream
+        wslay_event_config_set_max_recv_msg_length(made, UInt64(maxMessageBytes))
+        context = made
+        bytesToWslay = 0
+        bytesOfFinishedFrames = 0
+        currentFrameBytes = 0
+        return made
     }
 
-    private static func from(_ userData: UnsafeMutableRawPointer?) -> WebSocketStream {
-        Unmanaged<WebSocketStream>.fromOpaque(userData!).takeUnretainedValue()
+    /// Frees wslay's context if the stream is idle (see the type's comment).
+    private func releaseContextIfIdle() {
+        guard let context, !isReceiving, isOpen, heldHeaderCount == 0, !isMessageInFlight,
+            bytesToWslay == bytesOfFinishedFrames, wslay_event_get_queued_msg_count(context) == 0,
+            wslay_event_want_write(context) == 0, wslay_event_get_read_enabled(context) != 0,
+            wslay_event_get_close_sent(context) == 0
+        else { return }
+        wslay_event_context_free(context)
+        self.context = nil
     }
 
     // MARK: - EventStream
 
     /// Sends `json` as one text frame; dropped once the stream is closing.
     public func send(type: String, json: [UInt8]) {
-        guard isOpen, let context else { return }
+        guard isOpen, let context = framingContext() else { return }
         let status = json.withUnsafeBufferPointer { bytes in
             var message = wslay_event_msg(
                 opcode: UInt8(WSLAY_TEXT_FRAME.rawValue), msg: bytes.baseAddress, msg_length: bytes.count)
             return wslay_event_queue_msg(context, &message)
         }
-        guard status == 0 else { return }
+        guard status == 0 else { return releaseContextIfIdle() }
         flush()
     }
 
     /// Sends a ping; false when no pong arrived since the previous one (the owner then
     /// closes the stream) or the stream is closing.
     public func heartbeat() -> Bool {
-        guard isOpen, let context, !awaitingPong else { return false }
+        guard isOpen, !awaitingPong, let context = framingContext() else { return false }
         var message = wslay_event_msg(opcode: UInt8(WSLAY_PING.rawValue), msg: nil, msg_length: 0)
-        guard wslay_event_queue_msg(context, &message) == 0 else { return false }
+        guard wslay_event_queue_msg(context, &message) == 0 else {
+            releaseContextIfIdle()
+            return false
+        }
         awaitingPong = true
         flush()
         return true
@@ -146,7 +199,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
     /// allows); the connection closes when the peer's close frame arrives, or
     /// ``closeTimeoutMilliseconds`` later.
     public func close(code: UInt16, reason: String) {
-        guard isOpen, let context else { return }
+        guard isOpen, let context = framingContext() else { return }
         closeQueuedByUs = true
         // A control frame holds 125 bytes: the code and at most 123 of whole characters.
         var reasonBytes: [UInt8] = []
@@ -182,6 +235,7 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
         let count = min(length, input.count)
         UnsafeMutableRawPointer(buffer).copyMemory(from: input.baseAddress!, byteCount: count)
         input = UnsafeRawBufferPointer(rebasing: input[count...])
+        bytesToWslay &+= UInt64(count)
         return count
     }
 
@@ -211,7 +265,15 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
         return bytes.count
     }
 
-    private func frameStarted(opcode: UInt8, payloadLength: UInt64) {
+    /// wslay has parsed a frame's header; it calls this only for a masked frame whose
+    /// length is in its shortest form and within the message limit.
+    private func frameStarted(opcode: UInt8, final: Bool, payloadLength: UInt64) {
+        // A client frame's header: 2 bytes, the extended length, the 4-byte mask key.
+        let lengthBytes: UInt64 = payloadLength < 126 ? 0 : payloadLength <= 0xFFFF ? 2 : 8
+        currentFrameBytes = 2 &+ lengthBytes &+ 4 &+ payloadLength
+        if opcode == UInt8(WSLAY_TEXT_FRAME.rawValue) || opcode == UInt8(WSLAY_CONTINUATION_FRAME.rawValue) {
+            isMessageInFlight = !final
+        }
         if opcode == UInt8(WSLAY_BINARY_FRAME.rawValue) {
             // Ferry's messages are JSON text; refuse before buffering a binary message.
             fail(code: UInt16(WSLAY_CODE_UNSUPPORTED_DATA.rawValue))
@@ -220,6 +282,12 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             // one byte as "no code" and answer without one.
             fail(code: UInt16(WSLAY_CODE_PROTOCOL_ERROR.rawValue))
         }
+    }
+
+    /// wslay has the whole of the frame whose header ``frameStarted`` saw.
+    private func frameEnded() {
+        bytesOfFinishedFrames &+= currentFrameBytes
+        currentFrameBytes = 0
     }
 
     private func received(opcode: UInt8, _ message: UnsafeRawBufferPointer) {
@@ -265,13 +333,15 @@ public final class WebSocketStream: EventStream, TCPConnectionDelegate {
             closeTimer?.close()
             closeTimer = nil
             tcp.closeAfterWrites()
+            return
         }
+        releaseContextIfIdle()
     }
 
     // MARK: - TCPConnectionDelegate
 
     public func connection(_ connection: TCPConnection, didRead bytes: UnsafeRawBufferPointer) {
-        guard let context, !isClosingConnection else { return }
+        guard !isClosingConnection, let context = framingContext() else { return }
         input = bytes
         isReceiving = true
         let status = wslay_event_recv(context)
