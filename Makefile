@@ -27,7 +27,7 @@ TEST_TIMEOUT ?= 1200
 # processes); unbounded, all ~860 start together on two cores and the ones with a window
 # of seconds (a lock wait, a token's refresh) miss it behind the CPU-heavy ones.
 TEST_WIDTH ?= 16
-DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev libcurl4-openssl-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl python3-aiosmtpd dpkg-dev systemd curl openssl haproxy patroni etcd-server gettext-base pgbouncer
+DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev libcurl4-openssl-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl python3-aiosmtpd dpkg-dev systemd curl openssl haproxy patroni etcd-server gettext-base pgbouncer node-typescript node-ws
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 18

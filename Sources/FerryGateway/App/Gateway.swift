@@ -146,6 +146,7 @@ public final class Gateway: Sendable {
             bodyTimeout: .seconds(configuration.bodyTimeoutSeconds))
         http.sharesPort = configuration.sharesPort
         http.trustedProxies = configuration.trustedProxies
+        http.cors = configuration.cors
         let routes = OperationsRoutes(
             contexts: contexts, listenerStatus: listenerStatus, probe: probe, logger: logger)
         let accountRoutes = AccountRoutes(accounts: accounts)

@@ -38,6 +38,8 @@ public struct GatewayConfiguration: Sendable {
     /// The proxies in front (haproxy): their connections must start with a PROXY
     /// protocol header, which names the client every limit and log line sees.
     public var trustedProxies: TrustedProxies
+    /// The web origins whose pages may call from a browser (`FERRY_CORS_ORIGINS`).
+    public var cors: CORSPolicy
     /// The HS256 secret that signs access tokens.
     public var jwtSecret: String
     /// An older secret still accepted during key rotation.
@@ -182,6 +184,11 @@ public struct GatewayConfiguration: Sendable {
             "trusted-proxies", env: "FERRY_TRUSTED_PROXIES",
             help:
                 "comma-separated CIDR blocks of the proxies in front (e.g. 10.0.0.0/8,::1): their connections must start with a PROXY protocol header naming the client (default: none)",
+            isOptional: true),
+        Setting(
+            "cors-origins", env: "FERRY_CORS_ORIGINS",
+            help:
+                "comma-separated web origins whose pages may call from a browser, exactly (e.g. https://app.example.org); default: none",
             isOptional: true),
         Setting(
             "threads", env: "FERRY_THREADS", default: String(ProcessInfo.processInfo.activeProcessorCount),
@@ -331,6 +338,8 @@ public struct GatewayConfiguration: Sendable {
         "recovery-requests-per-hour": "1000000000",
         "signins-per-account-per-hour": "1000000000", "password-hashes-per-address": "64",
         "email-confirmation": "off",
+        // The web dev servers' usual origins (Expo web / Metro, Vite): pages they serve call here.
+        "cors-origins": "http://localhost:8081,http://127.0.0.1:8081,http://localhost:5173,http://127.0.0.1:5173",
     ]
 
     /// Validates resolved settings; the error names the offending flag and variable.
@@ -371,6 +380,11 @@ public struct GatewayConfiguration: Sendable {
             trustedProxies = try TrustedProxies(parsing: values.string("trusted-proxies") ?? "")
         } catch {
             throw SettingsError("invalid \(values.name("trusted-proxies")): \(error)")
+        }
+        do {
+            cors = try CORSPolicy(parsing: values.string("cors-origins") ?? "")
+        } catch {
+            throw SettingsError("invalid \(values.name("cors-origins")): \(error)")
         }
         threads = try values.integer("threads", in: 1...256)!
         jwtSecret = values.string("jwt-secret")!

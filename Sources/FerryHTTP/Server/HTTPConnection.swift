@@ -193,26 +193,33 @@ final class HTTPConnection: TCPConnectionDelegate {
 
     private func dispatch(_ request: HTTPRequest, sequence: UInt64) {
         var request = request
+        let cors = home.cors
+        let corsOrigin = cors.isEmpty ? nil : cors.allowedOrigin(of: request)
+        func answer(_ response: HTTPResponse, route: String?) {
+            var response = response
+            if let corsOrigin { CORSPolicy.decorate(&response, origin: corsOrigin) }
+            machine.respond(sequence: sequence, response: response, route: route, now: now)
+        }
         switch home.router.match(method: request.method, path: request.path) {
         case .found(let handler, let parameters, let pattern):
             request.pathParameters = parameters
-            handler(request, HTTPResponder(connection: self, sequence: sequence, route: pattern))
+            handler(
+                request, HTTPResponder(connection: self, sequence: sequence, route: pattern, corsOrigin: corsOrigin))
         case .methodNotAllowed(let allowed):
+            if let preflight = cors.preflight(request, methods: allowed) {
+                return machine.respond(sequence: sequence, response: preflight, route: nil, now: now)
+            }
             var response = HTTPResponse.error(
                 status: .methodNotAllowed, code: "method_not_allowed",
                 message: "\(request.method) is not allowed on this path")
             response.headers.add(name: "Allow", value: allowed.map(\.name).joined(separator: ", "))
-            machine.respond(sequence: sequence, response: response, route: nil, now: now)
+            answer(response, route: nil)
         case .notFound:
-            machine.respond(
-                sequence: sequence, response: .error(status: .notFound, code: "not_found", message: "no such path"),
-                route: nil, now: now)
+            answer(.error(status: .notFound, code: "not_found", message: "no such path"), route: nil)
         case .undecodable(let parameter, let pattern):
             let error = URLDecodingError(name: parameter)
-            machine.respond(
-                sequence: sequence,
-                response: .error(status: .badRequest, code: "invalid_request", message: "path segment \(error)"),
-                route: pattern, now: now)
+            answer(
+                .error(status: .badRequest, code: "invalid_request", message: "path segment \(error)"), route: pattern)
         }
     }
 

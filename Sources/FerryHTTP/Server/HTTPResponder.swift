@@ -12,6 +12,9 @@ public struct HTTPResponder {
     let sequence: UInt64
     /// The pattern of the route being answered (for the handler's own logs), nil if none.
     public let route: String?
+    /// The request's `Origin` when the server's ``CORSPolicy`` allows it: the answer then
+    /// carries the CORS headers.
+    let corsOrigin: String?
 
     /// The loop that owns the connection; ``respond(_:)`` must run on it.
     public var loop: EventLoop { connection.loop }
@@ -20,6 +23,8 @@ public struct HTTPResponder {
     ///
     /// Traps when called twice or off the loop.
     public func respond(_ response: HTTPResponse) {
+        var response = response
+        if let corsOrigin { CORSPolicy.decorate(&response, origin: corsOrigin) }
         connection.respond(sequence: sequence, response: response, route: route)
     }
 

@@ -169,6 +169,8 @@ final class HTTPServerLoop {
     let budget: BodyBudget
     /// The proxies whose connections start with a PROXY header.
     let trustedProxies: TrustedProxies
+    /// The origins allowed to call from a browser.
+    let cors: CORSPolicy
     private let backlog: Int32
     private(set) var router = Router()
     /// The head checks of ``router``'s routes, for every connection's ``HeadAdmission``.
@@ -188,6 +190,7 @@ final class HTTPServerLoop {
             body: configuration.bodyTimeout.nanoseconds)
         self.budget = budget
         trustedProxies = configuration.trustedProxies
+        cors = configuration.cors
         backlog = configuration.backlog
     }
 
@@ -196,7 +199,17 @@ final class HTTPServerLoop {
     {
         self.router = router
         self.observer = observer
-        headChecks = { [unowned self] method, path in self.router.headCheck(method: method, path: path) }
+        let cors = cors
+        headChecks = { [unowned self] method, path in
+            guard let check = self.router.headCheck(method: method, path: path) else { return nil }
+            guard !cors.isEmpty else { return check }
+            // A refusal before the body is an answer the page must be able to read too.
+            return { request in
+                guard var refusal = check(request) else { return nil }
+                if let origin = cors.allowedOrigin(of: request) { CORSPolicy.decorate(&refusal, origin: origin) }
+                return refusal
+            }
+        }
         let listener = try TCPListener(loop: loop, address: address, reusePort: true, backlog: backlog) {
             [unowned self] tcp in accept(tcp)
         }

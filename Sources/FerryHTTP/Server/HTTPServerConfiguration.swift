@@ -29,6 +29,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// protocol header, whose client its requests then come from. Default none: every
     /// client is its TCP peer.
     public var trustedProxies = TrustedProxies.none
+    /// The web origins whose pages may call the server from a browser (``CORSPolicy``);
+    /// default none.
+    public var cors = CORSPolicy.none
 
     /// Creates a configuration; the defaults suit a production gateway behind a balancer.
     public init(

@@ -1,0 +1,44 @@
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// The JavaScript client (`clients/js`), compiled with Debian's `tsc` and run with Node's
+/// own test runner (`node --test`) against an in-process gateway serving both example
+/// apps: the flows (accounts, drain, merge, rejections, 413, cursors, locks, streams,
+/// refresh), two devices converging after random edits of every strategy, and SIGKILL
+/// during enqueue and drain (`clients/js/test/`). The second test runs the stream renewal
+/// against short tokens that are warned about at once.
+@Suite(.hangLimit, .tags(.database, .process), .tagSelection, .serialized) struct JSClientTests {
+    static let folder = TestRepository.root + "/clients/js"
+
+    /// `tsc -p clients/js` (the dist/ the tests import), then `node --test` on `files`.
+    static func run(_ files: [String], port: Int) throws -> (status: Int32, output: String) {
+        let tsc = FileManager.default.isExecutableFile(atPath: "/usr/bin/tsc") ? "/usr/bin/tsc" : "tsc"
+        let compiled = try ChildProcess.run("/usr/bin/env", [tsc, "-p", folder], timeout: 240)
+        guard compiled.status == 0 else { return (compiled.status, "tsc failed:\n\(compiled.output)") }
+        return try ChildProcess.run(
+            "/usr/bin/env",
+            ["FERRY_URL=http://127.0.0.1:\(port)", NodeScript.node, "--test", "--test-reporter=spec"]
+                + files.map { folder + "/test/" + $0 },
+            timeout: 540)
+    }
+
+    @Test(arguments: [["flows.test.mjs"], ["converge.test.mjs", "kill.test.mjs"]])
+    func theNodeTestsPass(_ files: [String]) async throws {
+        try await withAccountsGateway(examples: ["puzzle", "tasks"]) { server in
+            let run = try await offload { try Self.run(files, port: server.port) }
+            #expect(run.status == 0, "node --test failed:\n\(run.output)")
+            #expect(run.output.contains("ℹ fail 0"), "\(run.output)")
+        }
+    }
+
+    @Test func aStreamRenewedMidWayMissesNoChange() async throws {
+        try await withAccountsGateway(
+            arguments: ["--access-token-ttl", "60", "--stream-token-warning", "3600"], examples: ["puzzle", "tasks"]
+        ) { server in
+            let run = try await offload { try Self.run(["renewal.test.mjs"], port: server.port) }
+            #expect(run.status == 0, "node --test failed:\n\(run.output)")
+            #expect(run.output.contains("ℹ fail 0"), "\(run.output)")
+        }
+    }
+}

@@ -1,0 +1,104 @@
+// Shared by the tests: the gateway's URL (FERRY_URL, set by the Swift test that starts
+// `ferry serve` on a fresh database), a file-backed AsyncStorage for Node, Debian's ws.
+import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises'
+import { createRequire } from 'node:module'
+import { join } from 'node:path'
+import { FerryClient, KeyValueStorage, MemoryStorage } from '../dist/index.js'
+
+export const url = process.env.FERRY_URL
+if (!url) throw new Error('FERRY_URL is not set: the Swift test FerryJSClientTests runs these')
+
+const require = createRequire(import.meta.url)
+/** Debian's node-ws (/usr/share/nodejs/ws), injected as the WebSocket constructor. */
+export const WebSocket = require('/usr/share/nodejs/ws')
+
+/**
+ * AsyncStorage's API over a folder, one file per key, each `setItem` atomic (a write to a
+ * temporary file, then rename), as React Native's store is per key; `multiSet` is a loop,
+ * so a kill can cut it between two keys: the client must not rely on it.
+ */
+export class FileAsyncStorage {
+  constructor(dir) {
+    this.dir = dir
+  }
+  file(key) {
+    return join(this.dir, encodeURIComponent(key))
+  }
+  async getItem(key) {
+    try {
+      return await readFile(this.file(key), 'utf8')
+    } catch (error) {
+      if (error.code === 'ENOENT') return null
+      throw error
+    }
+  }
+  async setItem(key, value) {
+    await mkdir(this.dir, { recursive: true })
+    const temporary = this.file(key) + '.tmp' + process.pid
+    await writeFile(temporary, value)
+    await rename(temporary, this.file(key))
+  }
+  async removeItem(key) {
+    await rm(this.file(key), { force: true })
+  }
+  async getAllKeys() {
+    await mkdir(this.dir, { recursive: true })
+    return (await readdir(this.dir)).filter((name) => !name.includes('.tmp')).map(decodeURIComponent)
+  }
+  async multiGet(keys) {
+    return Promise.all(keys.map(async (key) => [key, await this.getItem(key)]))
+  }
+  async multiSet(pairs) {
+    for (const [key, value] of pairs) await this.setItem(key, value)
+  }
+  async multiRemove(keys) {
+    for (const key of keys) await this.removeItem(key)
+  }
+}
+
+export function fileStorage(dir) {
+  return new KeyValueStorage(new FileAsyncStorage(dir))
+}
+
+/** A client on a fresh in-memory store (a new device). */
+export async function device(options = {}) {
+  return FerryClient.open({ url, storage: options.storage ?? new MemoryStorage(), stream: 'none', WebSocket, ...options })
+}
+
+/** Waits until `predicate()` holds, polling; fails after `ms`. */
+export async function until(predicate, ms = 15000, what = 'condition') {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    if (await predicate()) return
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
+
+export function email() {
+  return `js-${Math.random().toString(36).slice(2)}@example.org`
+}
+
+/** Raw API call (for checking what the server holds). */
+export async function api(method, path, token, body) {
+  const response = await fetch(url + path, {
+    method,
+    headers: { ...(token ? { Authorization: `Bearer ${token}` } : {}), 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await response.text()
+  return { status: response.status, json: text ? JSON.parse(text) : null }
+}
+
+/** Everything the server holds for `client`'s user in `table` (a full pull). */
+export async function serverRows(client, table) {
+  const rows = []
+  let cursor = null
+  for (let i = 0; i < 100; i++) {
+    const answer = await client.request('GET', '/v1/pull' + (cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''))
+    rows.push(...(answer.changes[table]?.upserts ?? []))
+    cursor = answer.cursor
+    if (!answer.has_more) break
+  }
+  return rows
+}
