@@ -16,15 +16,55 @@ build_release() {
     FERRY=$BIN/ferry
 }
 
+# DURABILITY (every script's knob, read by migrate_database): "dev" (the default) leaves
+# the embedded database as `ferry db start` makes it, fsync off; "production" sets fsync
+# and synchronous_commit on (ALTER SYSTEM), restarts the database with them and checks
+# both are on, so commits wait for the disk's flush as a hosted backend's do. The
+# settings are reset and the database restarted again when the script exits (clean_up).
+DURABILITY=${DURABILITY:-dev}
+durability_changed=""
+
+# Applies $DURABILITY to the embedded database at $OWNER_URL (with $FERRY).
+apply_durability() {
+    case "$DURABILITY" in
+        dev) return 0 ;;
+        production) ;;
+        *) echo "DURABILITY must be dev or production, not $DURABILITY" >&2; exit 2 ;;
+    esac
+    psql -Atq -v ON_ERROR_STOP=1 "$OWNER_URL" -c 'alter system set fsync = on' \
+        -c 'alter system set synchronous_commit = on' >&2
+    durability_changed=1
+    # Until make_scratch_folder's clean_up, which also resets them, takes over the trap.
+    [ -n "$(trap -p EXIT)" ] || trap reset_durability EXIT
+    restart_database
+    [ "$(psql -Atq "$OWNER_URL" -c 'show fsync' -c 'show synchronous_commit' | paste -sd ' ')" = "on on" ] ||
+        { echo "DURABILITY=production: the database did not come back with fsync and synchronous_commit on" >&2; exit 1; }
+    echo "DURABILITY=production: fsync and synchronous_commit on" >&2
+}
+
+# Resets what apply_durability set and restarts the database (nothing when it set nothing).
+reset_durability() {
+    [ -n "$durability_changed" ] || return 0
+    durability_changed=""
+    psql -Atq "$OWNER_URL" -c 'alter system reset fsync' -c 'alter system reset synchronous_commit' >&2 || true
+    restart_database || true
+}
+
+restart_database() {
+    "$FERRY" db stop >&2
+    "$FERRY" db start >&2
+}
+
 # Migrates the embedded database (`make db` starts it; its port follows FERRY_DEV_PG_PORT)
 # with sql/ferry, then sql/examples/<name> for each name given (puzzle, tasks), using
-# $FERRY. Sets OWNER_URL (the superuser's URL, `ferry db url`) and GATEWAY_URL: the same
+# $FERRY, after applying $DURABILITY to it. Sets OWNER_URL (the superuser's URL, `ferry db url`) and GATEWAY_URL: the same
 # database as ferry_gateway, the role the gateway logs in as in production (the dev
 # cluster trusts loopback, so no password).
 migrate_database() {
     local example directories=()
     for example in "$@"; do directories+=(--dir "sql/examples/$example"); done
     OWNER_URL=$("$FERRY" db url)
+    apply_durability
     "$FERRY" migrate --database-url "$OWNER_URL" --sql-root sql "${directories[@]}" >&2
     GATEWAY_URL=${OWNER_URL/:\/\/postgres@/:\/\/ferry_gateway@}
 }
@@ -40,6 +80,7 @@ make_scratch_folder() {
 clean_up() {
     stop_gateways
     if declare -F on_exit >/dev/null; then on_exit || true; fi
+    reset_durability
     if [ -n "${KEEP_TMP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 }
 

@@ -2301,7 +2301,7 @@ begin
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
     if v_skip_cues is distinct from 'on' then
-        perform pg_catalog.pg_notify('ferry_cue', v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+        perform ferry.send_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);
@@ -2987,6 +2987,24 @@ CREATE FUNCTION ferry.schema_version() RETURNS integer
 
 
 --
+-- Name: send_cue(text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.send_cue(p_payload text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    select pg_catalog.pg_notify('ferry_cue', p_payload);
+$$;
+
+
+--
+-- Name: FUNCTION send_cue(p_payload text); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.send_cue(p_payload text) IS 'Sends one cue, ''<owner uuid or *> <device or -> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
+
+
+--
 -- Name: send_cues(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -3002,7 +3020,7 @@ begin
     end if;
     v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
 
-    -- Each branch is one query over the transition tables, calling pg_notify per row: the
+    -- Each branch is one query over the transition tables, calling send_cue per row: the
     -- identical payloads of a statement (and of its transaction) are folded into one by
     -- PostgreSQL, so each owner is notified once. Cheaper than DISTINCT, whose hash table per
     -- statement tripled the trigger's cost on the one-row statements of a push.
@@ -3011,31 +3029,31 @@ begin
         -- the transition tables its trigger has, so DELETE has its own.)
         if tg_op = 'DELETE' then
             if exists (select from old_rows o where not o._deleted) then
-                perform pg_catalog.pg_notify('ferry_cue', '*' || v_suffix);
+                perform ferry.send_cue('*' || v_suffix);
             end if;
         elsif exists (select from new_rows) then
-            perform pg_catalog.pg_notify('ferry_cue', '*' || v_suffix);
+            perform ferry.send_cue('*' || v_suffix);
         end if;
     elsif tg_argv[0] = 'user_id' then
         -- The default owner column, read directly (the generic branch costs a row's JSON).
         if tg_op = 'INSERT' then
-            perform pg_catalog.pg_notify('ferry_cue', n.user_id::text || v_suffix)
+            perform ferry.send_cue(n.user_id::text || v_suffix)
                 from new_rows n where n.user_id is not null;
         elsif tg_op = 'UPDATE' then
-            perform pg_catalog.pg_notify('ferry_cue', c.owner::text || v_suffix)
+            perform ferry.send_cue(c.owner::text || v_suffix)
                 from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
                 where c.owner is not null;
         else
-            perform pg_catalog.pg_notify('ferry_cue', o.user_id::text || v_suffix)
+            perform ferry.send_cue(o.user_id::text || v_suffix)
                 from old_rows o where o.user_id is not null and not o._deleted;
         end if;
     else
         if tg_op = 'INSERT' then
-            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+            perform ferry.send_cue(c.owner || v_suffix)
                 from (select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n) c
                 where c.owner is not null;
         elsif tg_op = 'UPDATE' then
-            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+            perform ferry.send_cue(c.owner || v_suffix)
                 from (
                     select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n
                     union all
@@ -3043,7 +3061,7 @@ begin
                 ) c
                 where c.owner is not null;
         else
-            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+            perform ferry.send_cue(c.owner || v_suffix)
                 from (select pg_catalog.to_jsonb(o) ->> tg_argv[0] as owner from old_rows o where not o._deleted) c
                 where c.owner is not null;
         end if;
@@ -3057,7 +3075,7 @@ $$;
 -- Name: FUNCTION send_cues(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: one pg_notify(''ferry_cue'', ''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
 
 
 --
@@ -3071,7 +3089,7 @@ begin
     if tg_op = 'DELETE' and old._deleted then
         return null;
     end if;
-    perform pg_catalog.pg_notify('ferry_cue', '* - ' || tg_table_name);
+    perform ferry.send_cue('* - ' || tg_table_name);
     return null;
 end
 $$;
@@ -3081,7 +3099,7 @@ $$;
 -- Name: FUNCTION send_replicated_cue(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.send_replicated_cue() IS 'Row trigger (ENABLE REPLICA) of a shared table received by logical replication: pg_notify(''ferry_cue'', ''* - <table>'') for each applied row but a purged tombstone';
+COMMENT ON FUNCTION ferry.send_replicated_cue() IS 'Row trigger (ENABLE REPLICA) of a shared table received by logical replication: ferry.send_cue(''* - <table>'') for each applied row but a purged tombstone';
 
 
 --
@@ -4066,7 +4084,7 @@ begin
             using errcode = 'FRCNF', detail = v_conflicts::text;
     end if;
     if v_skip_cues is distinct from 'on' then
-        perform pg_catalog.pg_notify('ferry_cue', v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+        perform ferry.send_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
             from pg_catalog.unnest(v_cued) t;
     end if;
     if v_rejections = '[]' then

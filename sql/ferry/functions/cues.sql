@@ -1,7 +1,8 @@
 -- Cues (docs/PROTOCOL.md "Streams", docs/ARCHITECTURE.md "Cues in SQL"): every write
--- to a synced table tells its owners' devices, through pg_notify('ferry_cue', …), that
--- the table changed; and TRUNCATE, which would leave devices no tombstone to pull, is
--- refused. ferry.register_table installs the triggers (registry.sql).
+-- to a synced table tells its owners' devices, through ferry.send_cue (a
+-- pg_notify('ferry_cue', …)), that the table changed; and TRUNCATE, which would leave
+-- devices no tombstone to pull, is refused. ferry.register_table installs the triggers
+-- (registry.sql).
 --
 -- The payload, which the gateway parses, is '<owner> <device> <table>': the owner
 -- column's uuid as text, or * for a shared table (every user); ferry.device_id when set
@@ -14,6 +15,24 @@
 -- table (lock heartbeats; an operator's bulk maintenance clients need not hear of:
 -- set_config('ferry.skip_cues', 'on', true)), or one table's name, which push sets
 -- while it writes that table because it cues its own writes once per table.
+
+-- MARK: - Sending a cue
+
+-- The one way a cue is sent, whoever sends it: the triggers below, push and WatermelonDB
+-- push cueing their own writes, and any later trigger (a shared table's row trigger). The
+-- payload is the whole '<owner> <device> <table>'. Today a NOTIFY on ferry_cue, sent at
+-- commit; rerouting every cue (to a queue a notifier drains, say) is a change here alone.
+-- A one-SELECT SQL function, so the planner inlines it into the caller's query: no call
+-- of its own per cue. Executable by everyone, like pg_notify itself, so a trigger fired
+-- by any role that may write a synced table can cue.
+create or replace function ferry.send_cue(p_payload text) returns void
+language sql volatile
+as $$
+    select pg_catalog.pg_notify('ferry_cue', p_payload);
+$$;
+
+comment on function ferry.send_cue(text) is
+    'Sends one cue, ''<owner uuid or *> <device or -> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
 
 -- MARK: - The cue triggers
 
@@ -34,7 +53,7 @@ $$;
 -- (a purge, an operator's hard delete) cues nobody: a pull would bring nothing.
 --
 -- No search_path (a SET clause costs a GUC save and restore per call); static SQL only,
--- so PL/pgSQL keeps its plans per table. It calls pg_notify per row and leaves the
+-- so PL/pgSQL keeps its plans per table. It calls ferry.send_cue per row and leaves the
 -- folding to PostgreSQL, cheaper than a DISTINCT's hash table on a push's one-row
 -- statements (bench/RESULTS.md, "Realtime: cost of cues on writes").
 create or replace function ferry.send_cues() returns trigger
@@ -49,7 +68,7 @@ begin
     end if;
     v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
 
-    -- Each branch is one query over the transition tables, calling pg_notify per row: the
+    -- Each branch is one query over the transition tables, calling send_cue per row: the
     -- identical payloads of a statement (and of its transaction) are folded into one by
     -- PostgreSQL, so each owner is notified once. Cheaper than DISTINCT, whose hash table per
     -- statement tripled the trigger's cost on the one-row statements of a push.
@@ -58,31 +77,31 @@ begin
         -- the transition tables its trigger has, so DELETE has its own.)
         if tg_op = 'DELETE' then
             if exists (select from old_rows o where not o._deleted) then
-                perform pg_catalog.pg_notify('ferry_cue', '*' || v_suffix);
+                perform ferry.send_cue('*' || v_suffix);
             end if;
         elsif exists (select from new_rows) then
-            perform pg_catalog.pg_notify('ferry_cue', '*' || v_suffix);
+            perform ferry.send_cue('*' || v_suffix);
         end if;
     elsif tg_argv[0] = 'user_id' then
         -- The default owner column, read directly (the generic branch costs a row's JSON).
         if tg_op = 'INSERT' then
-            perform pg_catalog.pg_notify('ferry_cue', n.user_id::text || v_suffix)
+            perform ferry.send_cue(n.user_id::text || v_suffix)
                 from new_rows n where n.user_id is not null;
         elsif tg_op = 'UPDATE' then
-            perform pg_catalog.pg_notify('ferry_cue', c.owner::text || v_suffix)
+            perform ferry.send_cue(c.owner::text || v_suffix)
                 from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
                 where c.owner is not null;
         else
-            perform pg_catalog.pg_notify('ferry_cue', o.user_id::text || v_suffix)
+            perform ferry.send_cue(o.user_id::text || v_suffix)
                 from old_rows o where o.user_id is not null and not o._deleted;
         end if;
     else
         if tg_op = 'INSERT' then
-            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+            perform ferry.send_cue(c.owner || v_suffix)
                 from (select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n) c
                 where c.owner is not null;
         elsif tg_op = 'UPDATE' then
-            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+            perform ferry.send_cue(c.owner || v_suffix)
                 from (
                     select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n
                     union all
@@ -90,7 +109,7 @@ begin
                 ) c
                 where c.owner is not null;
         else
-            perform pg_catalog.pg_notify('ferry_cue', c.owner || v_suffix)
+            perform ferry.send_cue(c.owner || v_suffix)
                 from (select pg_catalog.to_jsonb(o) ->> tg_argv[0] as owner from old_rows o where not o._deleted) c
                 where c.owner is not null;
         end if;
@@ -100,7 +119,7 @@ end
 $$;
 
 comment on function ferry.send_cues() is
-    'Statement trigger of every synced table: one pg_notify(''ferry_cue'', ''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+    'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
 
 -- MARK: - Rows logical replication applies
 
@@ -116,13 +135,13 @@ begin
     if tg_op = 'DELETE' and old._deleted then
         return null;
     end if;
-    perform pg_catalog.pg_notify('ferry_cue', '* - ' || tg_table_name);
+    perform ferry.send_cue('* - ' || tg_table_name);
     return null;
 end
 $$;
 
 comment on function ferry.send_replicated_cue() is
-    'Row trigger (ENABLE REPLICA) of a shared table received by logical replication: pg_notify(''ferry_cue'', ''* - <table>'') for each applied row but a purged tombstone';
+    'Row trigger (ENABLE REPLICA) of a shared table received by logical replication: ferry.send_cue(''* - <table>'') for each applied row but a purged tombstone';
 
 -- MARK: - TRUNCATE
 
@@ -154,4 +173,5 @@ comment on function ferry.refuse_truncate() is
 
 revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.send_replicated_cue(), ferry.refuse_truncate()
     from public;
+grant execute on function ferry.send_cue(text) to public;
 grant execute on function ferry.cue_device() to ferry_client;

@@ -1,0 +1,50 @@
+-- Every cue goes through ferry.send_cue (sql/ferry/functions/cues.sql), the one SQL entry
+-- point a change of how cues travel reroutes: no other function names the ferry_cue
+-- channel, send_cue is inlined into its callers' queries (no call of its own per cue),
+-- and every role that may write a synced table can run it.
+--
+-- Run by Tests/sql/run.sh (make test); everything is made in one transaction and rolled back.
+
+\set ON_ERROR_STOP 1
+\set QUIET 1
+\pset format unaligned
+\pset tuples_only true
+\pset pager off
+
+begin;
+select plan(4);
+
+create schema cues_test;
+create function cues_test.plan_of(p_query text) returns text language plpgsql as $$
+declare
+    v_line text;
+    v_plan text := '';
+begin
+    for v_line in execute 'explain (verbose, costs off) ' || p_query loop
+        v_plan := v_plan || v_line || E'\n';
+    end loop;
+    return v_plan;
+end
+$$;
+
+select is(
+    (select pg_catalog.string_agg(n.nspname || '.' || p.proname, ', ' order by n.nspname, p.proname)
+        from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+        where n.nspname not in ('pg_catalog', 'information_schema')
+            and p.prosrc ilike '%''ferry_cue''%'),
+    'ferry.send_cue',
+    'only ferry.send_cue names the ferry_cue channel: every cue goes through it');
+
+select matches(
+    cues_test.plan_of('select ferry.send_cue(x::text) from pg_catalog.generate_series(1, 2) x'),
+    'Output: pg_notify\(''ferry_cue''::text',
+    'ferry.send_cue is inlined into the query calling it');
+
+select ok(pg_catalog.has_function_privilege('ferry_client', 'ferry.send_cue(text)', 'execute'),
+    'ferry_client (whose pushes fire the triggers) may send a cue');
+
+select ok(pg_catalog.has_function_privilege('public', 'ferry.send_cue(text)', 'execute'),
+    'every role may send a cue, as pg_notify itself: an operator''s plain-SQL write cues');
+
+select * from finish();
+rollback;
