@@ -147,9 +147,13 @@ extension AccountsDatabase {
     }
 
     /// A connection logged in as `ferry_gateway` that runs statements as `user` on `device`,
-    /// the way the gateway does: the identity statement and the work in one pipeline.
-    func connectAsClient(user: String, device: String = "device-1") async throws -> RequestConnection {
-        RequestConnection(client: try await connectAsGateway(), user: user, device: device)
+    /// the way the gateway does: the identity statement and the work in one pipeline, with
+    /// the gateway's default statement timeout unless `statementTimeout` (milliseconds) says.
+    func connectAsClient(
+        user: String, device: String = "device-1", statementTimeout: String = "10000"
+    ) async throws -> RequestConnection {
+        RequestConnection(
+            client: try await connectAsGateway(), user: user, device: device, statementTimeout: statementTimeout)
     }
 }
 
@@ -159,13 +163,15 @@ struct RequestConnection: Sendable {
     let client: PostgresClient
     let user: String
     let device: String
+    /// `statement_timeout` in milliseconds, as the identity statement sets it.
+    var statementTimeout = "10000"
 
     var identity: Identity {
         Identity(userID: user, sessionID: UUID().uuidString.lowercased(), deviceID: device, isAnonymous: true)
     }
 
-    /// The identity statement as the gateway sends it, with its default statement timeout.
-    var identityStatement: PostgresStatement { identity.statement(timeout: "10000") }
+    /// The identity statement as the gateway sends it.
+    var identityStatement: PostgresStatement { identity.statement(timeout: statementTimeout) }
 
     /// Runs `sql` as this user and device.
     @discardableResult

@@ -423,9 +423,13 @@ import Testing
     /// refused whole, a final 400 naming the table and one refused record, instead of
     /// searching into the statement timeout (a retryable 503 the app would send forever);
     /// nothing is applied.
+    ///
+    /// The cap is what is tested, not the time: 4,000 failed statements take about 2 s
+    /// alone but past the default 10 s timeout with the whole suite on two cores, so this
+    /// client waits longer (bench/RESULTS.md measures the time).
     @Test func aPushWhoseRecordsFailInBulkIsRefusedWholeNamingTheTable() async throws {
         try await withTables { database, a, _ in
-            let client = try await database.connectAsClient(user: a)
+            let client = try await database.connectAsClient(user: a, statementTimeout: "120000")
             let pull = try await client.watermelonPull(nil)
             let records = (0..<4_000).map { n -> [String: Any] in
                 ["id": "t\(n)", "title": n == 0 ? "fine" : NSNull()]
