@@ -5,8 +5,10 @@ import FerryPostgres
 /// sql/ferry/functions/cues.sql), by `ferry.send_queued_cues` on the loop's pool: one
 /// notifying transaction for every push committed while the one before was in flight,
 /// instead of a NOTIFY in each push's commit (docs/ARCHITECTURE.md, "Cues out of the
-/// commit"). One loop's sender also sweeps every second, sending what a gateway that
-/// died between a push's commit and its send left queued. Loop thread only.
+/// commit"). The commits of one loop iteration fold into one send, started after the
+/// iteration's I/O (an ``IterationHook``, as ``CueBatcher`` does), so folding adds no
+/// waiting. One loop's sender also sweeps every second, sending what a gateway that died
+/// between a push's commit and its send left queued. Loop thread only.
 final class QueuedCueSender {
     /// How often the sweeping sender sends whatever is queued, pushes or not.
     static let sweepMilliseconds: UInt64 = 1000
@@ -15,6 +17,9 @@ final class QueuedCueSender {
     private let pool: PostgresPool
     private let logger: Logger
     private var sending = QueuedCueSending()
+    /// A commit queued cues during this iteration.
+    private var isWanted = false
+    private var hook: IterationHook?
     private var sweep: FerryLoop.Timer?
     private var isClosed = false
 
@@ -22,12 +27,19 @@ final class QueuedCueSender {
         self.loop = loop
         self.pool = pool
         self.logger = logger
+        hook = IterationHook(loop: loop) { [weak self] in self?.iterationEnded() }
     }
 
-    /// A push that queued cues has committed: send them now, or right after the send in
-    /// flight (whose snapshot may predate this commit).
+    /// A push that queued cues has committed: they are sent after this iteration, or
+    /// right after the send in flight (whose snapshot may predate this commit).
     func queued() {
         loop.preconditionInEventLoop()
+        isWanted = true
+    }
+
+    private func iterationEnded() {
+        guard isWanted else { return }
+        isWanted = false
         if !isClosed && sending.queued() { send() }
     }
 
@@ -42,6 +54,8 @@ final class QueuedCueSender {
     /// Stops the sweep and starts no more sends; one in flight finishes or fails with the pool.
     func close() {
         isClosed = true
+        hook?.close()
+        hook = nil
         sweep?.close()
         sweep = nil
     }
