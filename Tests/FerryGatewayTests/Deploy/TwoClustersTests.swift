@@ -18,12 +18,8 @@ import Testing
             let users = try await clusters.signUpsLandOnBothShards()
             try await clusters.anEmailIsUniqueAcrossShards(users)
             try await clusters.aSignInWithoutABearerReachesTheAccountsShard(users)
-            // Cross-shard cases not built yet (docs/SCALING.md, "Not built yet") go here, as
-            // steps like these on `clusters` and `users`: a sign-in WITH a device's anonymous
-            // Bearer into an account of the other shard (the first sign-in across shards),
-            // and password recovery (`/v1/auth/recover`, `/v1/auth/recover/confirm`) across
-            // shards.
             try await clusters.anOriginsRowCuesAndReachesBothShards(users)
+            try await clusters.aFirstSignInWithADeviceSessionCrossesShards(users)
         }
     }
 }
@@ -203,5 +199,47 @@ private struct TwoClusters: Sendable {
                     "GET", "/v1/pull?cursor=\(cursors[shard])", token: holders[shard].session.accessToken))
             #expect(next.upserts("daily_puzzles").map { $0["grid"] as? String } == [grid], "shard \(shard)")
         }
+    }
+
+    /// A device whose anonymous user is on shard 0 (its Bearer routes it there) and owns a
+    /// row signs in to shard 1's account: `resolution_required` with both counts, then
+    /// `keep_device_across_shards`, both changing nothing; `keep_cloud` signs in on
+    /// shard 1 (`reset: true`) and deletes the anonymous user and its row on shard 0.
+    func aFirstSignInWithADeviceSessionCrossesShards(_ users: [[TestSession]]) async throws {
+        var device: TestSession?
+        for _ in 0..<12 where device == nil {
+            let session = try await HAProxyFront.signUp(port: port)
+            if Shard.of(try #require(UUID(uuidString: session.userID))) == 0 { device = session }
+        }
+        let anonymous = try #require(device, "no sign-up landed on shard 0")
+        let pushed = try await call(
+            "POST", "/v1/push", token: anonymous.accessToken,
+            json: ["mutations": [["id": 1, "table": "profiles", "op": "upsert", "row": ["username": "guest"]]]])
+        #expect(pushed.status == 200, "\(pushed)")
+        let signIn: [String: Any] = [
+            "email": Self.emails[1], "password": Self.password, "device_id": anonymous.deviceID,
+        ]
+
+        let unresolved = try await call("POST", "/v1/auth/signin", token: anonymous.accessToken, json: signIn)
+        #expect(unresolved.status == 409 && unresolved.code == "resolution_required", "\(unresolved)")
+        #expect(unresolved.value("error", "device_rows") as? Int == 1, "\(unresolved)")
+        #expect(unresolved.value("error", "cloud_rows") as? Int == 1, "shard 1's profile: \(unresolved)")
+        var keepDevice = signIn
+        keepDevice["resolve"] = "keep_device"
+        let refused = try await call("POST", "/v1/auth/signin", token: anonymous.accessToken, json: keepDevice)
+        #expect(refused.status == 409 && refused.code == "keep_device_across_shards", "\(refused)")
+        #expect(try await userExists(anonymous.userID, onShard: 0), "nothing changed")
+
+        var keepCloud = signIn
+        keepCloud["resolve"] = "keep_cloud"
+        let signedIn = try await call("POST", "/v1/auth/signin", token: anonymous.accessToken, json: keepCloud)
+        #expect(signedIn.status == 200, "\(signedIn)")
+        #expect(signedIn.string("user", "id") == users[1][0].userID)
+        #expect(signedIn.value("reset") as? Bool == true, "\(signedIn)")
+        #expect(try #require(signedIn.string("session", "refresh_token")).hasPrefix("1."))
+        #expect(try await !userExists(anonymous.userID, onShard: 0), "the anonymous user is gone")
+        #expect(
+            try await clusters[0].value("select count(*) from public.profiles where user_id = $1", [anonymous.userID])
+                == "0")
     }
 }

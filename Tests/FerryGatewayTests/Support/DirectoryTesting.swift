@@ -50,8 +50,17 @@ struct MigratedDirectory: Sendable {
         try await TestDatabase.with(prefix: "ferry_directory") { database in
             let admin = try await database.connect()
             do {
+                // Roles belong to the cluster and tests migrate many directories at once: the
+                // migration's check-then-create (one deployment has one directory) and the
+                // grant would race, so both happen here first, catching the loser's error.
+                try await admin.execute(
+                    """
+                    do $$ begin create role ferry_directory nologin;
+                    exception when duplicate_object or unique_violation then null; end $$;
+                    do $$ begin grant ferry_directory to ferry_gateway;
+                    exception when duplicate_object or unique_violation then null; end $$;
+                    """)
                 try await migrator.migrate(admin)
-                try await admin.execute("grant ferry_directory to ferry_gateway")
                 let value = try await body(
                     MigratedDirectory(
                         database: database, admin: admin, gatewayURL: try database.url(user: "ferry_gateway")))
