@@ -26,3 +26,6 @@ static inline long ccurl_response_code(CURL *curl) {
 static inline CURLcode ccurl_set_write_function(CURL *curl, curl_write_callback function) {
     return curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, function);
 }
+static inline CURLcode ccurl_set_header_function(CURL *curl, curl_write_callback function) {
+    return curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, function);
+}

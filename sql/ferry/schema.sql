@@ -494,6 +494,28 @@ $$;
 
 
 --
+-- Name: delete_anonymous_user(uuid); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.delete_anonymous_user(p_user uuid) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    perform 1 from ferry.users u where u.id = p_user and u.email is null for update;
+    if not found then
+        return false;
+    end if;
+    perform ferry.announce_revocation(s.id, p_user, 'account_deleted')
+        from ferry.sessions s where s.user_id = p_user and s.revoked_at is null;
+    perform ferry.delete_user_rows(p_user);
+    delete from ferry.users u where u.id = p_user;
+    return true;
+end
+$$;
+
+
+--
 -- Name: delete_user_rows(uuid); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -3258,12 +3280,7 @@ begin
                 raise exception 'unknown resolve %', p_resolve using errcode = '22023';
             end if;
         end if;
-        perform ferry.announce_revocation(s.id, p_anonymous, 'account_deleted')
-            from ferry.sessions s where s.user_id = p_anonymous and s.revoked_at is null;
-        -- What is left of the anonymous user's rows (its tombstones, when it had no live row
-        -- and so no choice to make) goes with it: nothing else would ever delete them.
-        perform ferry.delete_user_rows(p_anonymous);
-        delete from ferry.users u where u.id = p_anonymous;
+        perform ferry.delete_anonymous_user(p_anonymous);
     end if;
     session_id := ferry.open_session(p_user, p_device, p_refresh_hash);
     update ferry.users u set last_seen_at = now() where u.id = p_user returning u.email into email;
@@ -3601,6 +3618,23 @@ CREATE FUNCTION ferry.user_has_email(p_user uuid, p_email text, p_confirmed bool
         where u.id = p_user and pg_catalog.lower(u.email) = pg_catalog.lower(p_email)
             and (u.email_confirmed or not p_confirmed)
     )
+$$;
+
+
+--
+-- Name: user_rows(uuid); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.user_rows(p_user uuid, OUT is_anonymous boolean, OUT live_rows bigint) RETURNS record
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    select u.email is null into is_anonymous from ferry.users u where u.id = p_user;
+    if found then
+        live_rows := ferry.count_user_rows(p_user);
+    end if;
+end
 $$;
 
 
@@ -5339,6 +5373,14 @@ GRANT ALL ON FUNCTION ferry.delete_account() TO ferry_client;
 
 
 --
+-- Name: FUNCTION delete_anonymous_user(p_user uuid); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.delete_anonymous_user(p_user uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.delete_anonymous_user(p_user uuid) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION delete_user_rows(p_user uuid); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5918,6 +5960,14 @@ GRANT ALL ON FUNCTION ferry.upsert_shape(p_table regclass) TO ferry_client;
 
 REVOKE ALL ON FUNCTION ferry.user_has_email(p_user uuid, p_email text, p_confirmed boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.user_has_email(p_user uuid, p_email text, p_confirmed boolean) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION user_rows(p_user uuid, OUT is_anonymous boolean, OUT live_rows bigint); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.user_rows(p_user uuid, OUT is_anonymous boolean, OUT live_rows bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.user_rows(p_user uuid, OUT is_anonymous boolean, OUT live_rows bigint) TO ferry_gateway;
 
 
 --

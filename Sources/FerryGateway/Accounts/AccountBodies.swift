@@ -3,8 +3,9 @@ import FerryJSON
 
 // The JSON bodies of PROTOCOL.md's Accounts answers.
 
-/// `{"id", "is_anonymous", "email", "email_confirmed"}`.
-struct UserBody: Encodable {
+/// `{"id", "is_anonymous", "email", "email_confirmed"}`; decoded from another shard's
+/// answer too (``CrossShardSignIn``).
+struct UserBody: Codable {
     var id: String
     var email: String?
     /// False for an anonymous user (it has no email to confirm).
@@ -15,6 +16,14 @@ struct UserBody: Encodable {
         self.id = id
         self.email = email
         self.emailConfirmed = email != nil && emailConfirmed
+    }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            id: try container.decode(String.self, forKey: .id),
+            email: try container.decodeIfPresent(String.self, forKey: .email),
+            emailConfirmed: try container.decode(Bool.self, forKey: .emailConfirmed))
     }
 
     enum CodingKeys: String, CodingKey {
@@ -35,7 +44,7 @@ struct UserBody: Encodable {
 }
 
 /// `{"access_token", "refresh_token", "token_type": "bearer", "expires_in"}`.
-struct SessionBody: Encodable {
+struct SessionBody: Codable {
     var accessToken: String
     var refreshToken: String
     var tokenType = "bearer"
@@ -54,10 +63,21 @@ struct UserAndSession: Encodable {
     var session: SessionBody
 }
 
-struct SignInAnswer: Encodable {
+struct SignInAnswer: Codable {
     var user: UserBody
     var session: SessionBody
     var reset: Bool
+}
+
+/// `{"cloud_rows"}`: a check-only sign-in's answer between shards (``SignInAttempt``,
+/// ``ShardForwarder/signInCheckHeader``): the credentials are right, and the account owns
+/// this many live rows.
+struct SignInCheckAnswer: Codable {
+    var cloudRows: Int
+
+    enum CodingKeys: String, CodingKey {
+        case cloudRows = "cloud_rows"
+    }
 }
 
 /// `{"user": {…}}`, written by hand: `GET /v1/auth/user` is the cheapest authenticated

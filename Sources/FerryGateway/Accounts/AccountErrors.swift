@@ -26,6 +26,12 @@ extension APIError {
             message: "this device has rows of its own: sign in again with resolve keep_cloud or keep_device",
             details: [("device_rows", .integer(deviceRows)), ("cloud_rows", .integer(cloudRows))])
     }
+
+    /// `409 keep_device_across_shards`: the device's anonymous user is on this shard and
+    /// the account on another, where its rows cannot move in one transaction.
+    static let keepDeviceAcrossShards = APIError(
+        status: 409, code: "keep_device_across_shards",
+        message: "the account is on another shard: sign in with keep_cloud, then push this device's rows again")
 }
 
 // The password and mail answers.

@@ -13,7 +13,10 @@ import Foundation
 /// and address under the same limits): it checks the code (``CheckResetCode``; a wrong
 /// one counts against the code, the fifth voids it), and only then hashes the new
 /// password and redeems the code and sets the password in one statement
-/// (``ResetPassword``). Loop thread only.
+/// (``ResetPassword``). An email the directory puts on another shard is forwarded there
+/// (``Accounts/route(_:of:_:_:here:elsewhere:)``): the request after this gateway's own
+/// limits, still answered `202` whatever that shard says, and the confirmation with that
+/// shard's answer relayed. Loop thread only.
 enum PasswordReset {
     /// Minutes a reset code is good for.
     static let codeMinutes = 15
@@ -26,6 +29,23 @@ enum PasswordReset {
         if let refusal = accounts.admitRecovery(email: body.email, address: Accounts.clientKey(request)) {
             return responder.respond(refusal.response)
         }
+        accounts.route(
+            body.email, of: request, responder, context,
+            here: { requestHere(body, responder, context) },
+            elsewhere: { forward in
+                forward.post("/v1/auth/recover") { answer in
+                    // The same answer as for any email: a failure there shows only in the log.
+                    if answer.status != .accepted {
+                        context.logger.log(
+                            .warning, "a recovery forwarded to another shard failed",
+                            ["shard": String(forward.shard), "status": String(answer.status.code)])
+                    }
+                    responder.respond(HTTPResponse(status: .accepted))
+                }
+            })
+    }
+
+    private static func requestHere(_ body: RecoverRequest, _ responder: HTTPResponder, _ context: LoopContext) {
         let code = OneTimeCode.generate()
         let query = RequestPasswordReset(
             email: body.email, codeHash: OneTimeCode.hash(code), code: code, validMinutes: codeMinutes)
@@ -41,6 +61,16 @@ enum PasswordReset {
         _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext, _ accounts: Accounts
     ) {
         guard let body = responder.success(of: RecoverConfirmRequest.read(request)) else { return }
+        accounts.route(
+            body.email, of: request, responder, context,
+            here: { confirmHere(body, request, responder, context, accounts) },
+            elsewhere: { forward in forward.post("/v1/auth/recover/confirm") { responder.respond($0) } })
+    }
+
+    private static func confirmHere(
+        _ body: RecoverConfirmRequest, _ request: HTTPRequest, _ responder: HTTPResponder, _ context: LoopContext,
+        _ accounts: Accounts
+    ) {
         PasswordCheckReservation.reserve(
             email: body.email, address: Accounts.clientKey(request), accounts: accounts, responder: responder,
             context: context

@@ -3,14 +3,18 @@ import FerryHTTP
 import FerryLoop
 import Foundation
 
-/// Forwards an email-addressed request (sign-in) to the gateways of the shard the email
-/// directory names (`FERRY_SHARD_URLS`, docs/SCALING.md), with libcurl on worker
-/// threads of its own (never on an event loop), and relays the answer. Bounded: a
-/// timeout, an answer size limit, a queue limit; a forwarded request carries
-/// ``forwardedHeader`` and is never forwarded again. Safe from any thread.
+/// Forwards an email-addressed request (sign-in, its check-only form, recovery) to the
+/// gateways of the shard the email directory names (`FERRY_SHARD_URLS`,
+/// docs/SCALING.md), with libcurl on worker threads of its own (never on an event loop),
+/// and relays the answer: its status, body and `Retry-After`. Bounded: a timeout, an
+/// answer size limit, a queue limit; a forwarded request carries ``forwardedHeader`` and
+/// is never forwarded again. Safe from any thread.
 final class ShardForwarder: Sendable {
     /// Set on every forwarded request; a gateway that sees it answers locally.
     static let forwardedHeader = "X-Ferry-Forwarded"
+    /// With ``forwardedHeader``: check the sign-in's credentials only, answering the
+    /// account's row count (``SignInAttempt``), for a first sign-in across shards.
+    static let signInCheckHeader = "X-Ferry-Signin-Check"
     /// The most bytes of an answer relayed; a longer one is a failure.
     static let maxAnswerBytes = 64 * 1024
 
@@ -28,10 +32,11 @@ final class ShardForwarder: Sendable {
     /// Runs libcurl's global set-up once (shared with the SMTP relay's).
     private static let curlIsReady: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
-    /// Posts `body` to `path` of `shard`'s gateways with `client` in `X-Forwarded-For`;
-    /// calls back on `loop` with the answer, or the `503` to send.
+    /// Posts `body` to `path` of `shard`'s gateways with `client` in `X-Forwarded-For`
+    /// (and `checkOnly`, ``signInCheckHeader``); calls back on `loop` with the answer, or
+    /// the `503` to send.
     func post(
-        _ path: String, body: [UInt8], client: String?, to shard: Int, on loop: EventLoop,
+        _ path: String, body: [UInt8], client: String?, checkOnly: Bool = false, to shard: Int, on loop: EventLoop,
         _ completion: @escaping @Sendable (HTTPResponse) -> Void
     ) {
         guard let base = urls[shard] else {
@@ -39,7 +44,8 @@ final class ShardForwarder: Sendable {
         }
         let timeout = timeoutSeconds
         let accepted = workers.submit {
-            let answer = Self.perform(url: base + path, body: body, client: client, timeoutSeconds: timeout)
+            let answer = Self.perform(
+                url: base + path, body: body, client: client, checkOnly: checkOnly, timeoutSeconds: timeout)
             loop.execute {
                 switch answer {
                 case .success(let response): completion(response)
@@ -59,7 +65,7 @@ final class ShardForwarder: Sendable {
     }
 
     /// One POST, blocking.
-    private static func perform(url: String, body: [UInt8], client: String?, timeoutSeconds: Int)
+    private static func perform(url: String, body: [UInt8], client: String?, checkOnly: Bool, timeoutSeconds: Int)
         -> Result<HTTPResponse, Failure>
     {
         guard curlIsReady, let curl = curl_easy_init() else {
@@ -69,6 +75,7 @@ final class ShardForwarder: Sendable {
         var headers = curl_slist_append(nil, "Content-Type: application/json")
         headers = curl_slist_append(headers, "\(forwardedHeader): 1")
         if let client { headers = curl_slist_append(headers, "X-Forwarded-For: \(client)") }
+        if checkOnly { headers = curl_slist_append(headers, "\(signInCheckHeader): 1") }
         headers = curl_slist_append(headers, "Expect:")
         defer { curl_slist_free_all(headers) }
         let sink = Sink()
@@ -88,6 +95,8 @@ final class ShardForwarder: Sendable {
             if status == CURLE_OK { status = ccurl_set_list(curl, CURLOPT_HTTPHEADER, headers) }
             if status == CURLE_OK { status = ccurl_set_write_function(curl, Sink.write) }
             if status == CURLE_OK { status = ccurl_set_pointer(curl, CURLOPT_WRITEDATA, sinkPointer.toOpaque()) }
+            if status == CURLE_OK { status = ccurl_set_header_function(curl, Sink.header) }
+            if status == CURLE_OK { status = ccurl_set_pointer(curl, CURLOPT_HEADERDATA, sinkPointer.toOpaque()) }
             if status == CURLE_OK { status = curl_easy_perform(curl) }
             guard status == CURLE_OK else {
                 let reason = sink.tooLarge ? "answer too large" : String(cString: curl_easy_strerror(status))
@@ -97,6 +106,7 @@ final class ShardForwarder: Sendable {
             guard (100...599).contains(code) else { return .failure(Failure(reason: "no HTTP status")) }
             var responseHeaders = HTTPHeaders()
             responseHeaders.add(name: "Content-Type", value: "application/json")
+            if let retryAfter = sink.retryAfter { responseHeaders.add(name: "Retry-After", value: retryAfter) }
             return .success(HTTPResponse(status: HTTPStatus(code: code), headers: responseHeaders, body: sink.bytes))
         }
     }
@@ -106,10 +116,31 @@ final class ShardForwarder: Sendable {
         let reason: String
     }
 
-    /// The answer's bytes, up to ``maxAnswerBytes``.
+    /// The answer's bytes, up to ``maxAnswerBytes``, and its `Retry-After`.
     private final class Sink {
         var bytes: [UInt8] = []
         var tooLarge = false
+        /// The last `Retry-After` seen, when it is delay-seconds (all the gateways send).
+        var retryAfter: String?
+
+        /// curl's header callback, once per header line (curl bounds a line's length).
+        static let header: curl_write_callback = { data, size, count, context in
+            guard let data, let context else { return 0 }
+            let sink = Unmanaged<Sink>.fromOpaque(context).takeUnretainedValue()
+            let length = size * count
+            let line = data.withMemoryRebound(to: UInt8.self, capacity: length) { pointer in
+                String(decoding: UnsafeBufferPointer(start: pointer, count: length), as: UTF8.self)
+            }
+            if let colon = line.firstIndex(of: ":"),
+                line[..<colon].trimmingCharacters(in: .whitespaces).lowercased() == "retry-after"
+            {
+                let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+                if (1...9).contains(value.count), value.allSatisfy({ $0.isASCII && $0.isNumber }) {
+                    sink.retryAfter = value
+                }
+            }
+            return length
+        }
 
         /// curl's write callback: a short count (0) stops the transfer.
         static let write: curl_write_callback = { data, size, count, context in

@@ -8,11 +8,18 @@ import Foundation
 /// check the password on the hasher's threads, open the session (``SignIn``), settle the
 /// reservation with what it came to. Each step calls the next from its one callback. Loop
 /// thread only; it crosses to the hasher's threads inside a `LoopBound`.
+///
+/// An email of another shard goes there (``CrossShardSignIn``). A forwarded request with
+/// ``ShardForwarder/signInCheckHeader`` is that shard's check-only sign-in: every step
+/// but the session, answering `200 {"cloud_rows"}` (``SignInCheckAnswer``) and counting,
+/// like a `resolution_required`, for nothing but a failure when the credentials are wrong.
 struct SignInAttempt {
     let request: SignInRequest
     /// The user of the device's current anonymous session, when it sent one: it decides
     /// what happens to the rows the device made before signing in.
     let anonymousUserID: String?
+    /// Check the credentials and count the account's rows only (no session).
+    let checkOnly: Bool
     let reservation: PasswordCheckReservation
     let accounts: Accounts
 
@@ -25,38 +32,32 @@ struct SignInAttempt {
         guard let body = responder.success(of: SignInRequest.read(request)),
             let anonymousUserID = responder.success(of: accounts.anonymousUser(of: request))
         else { return }
-        // An email the directory puts on another shard: that shard's gateways answer
-        // (without a device's anonymous session only: across shards that is not built).
-        if let directory = context.directory, let forwarder = accounts.forwarder, anonymousUserID == nil,
-            request.headers[ShardForwarder.forwardedHeader] == nil
-        {
-            let client = request.remoteAddress.map { $0.ip.description }
-            let bytes = request.body
-            return directory.locate(body.email, shardPool: context.pool) { location in
-                switch location {
-                case .here: reserve(body, nil, request, responder, context, accounts)
-                case .unknown: responder.respond(APIError.directoryUnavailable.response)
-                case .shard(let shard):
-                    let waiting = LoopBound(responder, loop: responder.loop)
-                    forwarder.post("/v1/auth/signin", body: bytes, client: client, to: shard, on: responder.loop) {
-                        waiting.value.respond($0)
-                    }
-                }
-            }
-        }
-        reserve(body, anonymousUserID, request, responder, context, accounts)
+        accounts.route(
+            body.email, of: request, responder, context,
+            here: { reserve(body, anonymousUserID, request, responder, context, accounts) },
+            elsewhere: { forward in
+                CrossShardSignIn(
+                    request: body, forward: forward, anonymousUserID: anonymousUserID, responder: responder,
+                    context: context
+                ).start()
+            })
     }
 
     private static func reserve(
         _ body: SignInRequest, _ anonymousUserID: String?, _ request: HTTPRequest, _ responder: HTTPResponder,
         _ context: LoopContext, _ accounts: Accounts
     ) {
+        // Honoured from another shard's gateway only; from a client, an ordinary sign-in.
+        let checkOnly =
+            Accounts.isForwarded(request) && request.headers[ShardForwarder.signInCheckHeader] != nil
         PasswordCheckReservation.reserve(
             email: body.email, address: Accounts.clientKey(request), accounts: accounts, responder: responder,
             context: context
         ) { reservation in
-            SignInAttempt(request: body, anonymousUserID: anonymousUserID, reservation: reservation, accounts: accounts)
-                .findAccount()
+            SignInAttempt(
+                request: body, anonymousUserID: anonymousUserID, checkOnly: checkOnly, reservation: reservation,
+                accounts: accounts
+            ).findAccount()
         }
     }
 
@@ -82,6 +83,7 @@ struct SignInAttempt {
             case .success(true) where !credentials.emailConfirmed:
                 // The right password, for an email not confirmed yet: it counts for nothing.
                 attempt.reservation.settle(as: nil, answering: APIError.emailNotConfirmed.response)
+            case .success(true) where attempt.checkOnly: attempt.countRows(userID: credentials.userID)
             case .success(true): attempt.openSession(userID: credentials.userID)
             case .success(false): attempt.reject()
             case .failure: attempt.reservation.settle(as: nil, answering: APIError.signInsBusy.response)
@@ -105,6 +107,19 @@ struct SignInAttempt {
 
     private func reject() {
         reservation.settle(as: .failed, answering: APIError.invalidCredentials.response)
+    }
+
+    /// The password checked out, for a check-only sign-in: the account's live rows. It
+    /// counts for nothing, as a `resolution_required` does.
+    private func countRows(userID: String) {
+        context.pool.run(UserRows(userID: userID)) { [self] result in
+            switch result {
+            case .success(let rows):
+                reservation.settle(as: nil, answering: .json(SignInCheckAnswer(cloudRows: rows.liveRows)))
+            case .failure(let failure):
+                reservation.settle(as: nil, answering: context.failure(failure).response)
+            }
+        }
     }
 
     /// The password checked out: the session, and the first-sign-in choice.

@@ -2,7 +2,7 @@ import FerryAuth
 import FerryPostgres
 import Foundation
 
-// The account functions of sql/ferry/functions/accounts.sql. The first five run as the
+// The account functions of sql/ferry/functions/accounts.sql. The first seven run as the
 // gateway (no caller yet, or none needed); the others as the caller.
 
 /// `ferry.sign_up_anonymous`: a new anonymous user and its first session.
@@ -143,6 +143,46 @@ struct SignIn: SingleRowQuery {
                     sessionID: try row.decode("session_id"), email: try row.decodeIfPresent("email"),
                     reset: try row.decodeIfPresent("reset") ?? false)
             }
+        }
+    }
+}
+
+/// `ferry.delete_anonymous_user`: a first sign-in across shards, once the account's shard
+/// signed the device in: the device's anonymous user here, its rows and sessions (their
+/// streams close `account_deleted`), as a sign-in on one shard deletes it.
+struct DeleteAnonymousUser: SingleRowQuery {
+    static let preparedName: String? = "ferry_delete_anonymous_user"
+    static let sql = "select ferry.delete_anonymous_user($1) as deleted"
+    static let columns = ["deleted"]
+
+    var userID: String
+    var parameters: [String?] { [userID] }
+
+    struct Answer: QueryRowDecodable {
+        /// False when it was no anonymous user here (gone already).
+        var deleted: Bool
+        init(_ row: QueryRow) throws(QueryShapeError) { deleted = try row.decode("deleted") }
+    }
+}
+
+/// `ferry.user_rows`: whether a user is anonymous and how many live rows it owns, which a
+/// first sign-in across shards counts on each side.
+struct UserRows: SingleRowQuery {
+    static let preparedName: String? = "ferry_user_rows"
+    static let sql = "select is_anonymous, live_rows from ferry.user_rows($1)"
+    static let columns = ["is_anonymous", "live_rows"]
+
+    var userID: String
+    var parameters: [String?] { [userID] }
+
+    struct Answer: QueryRowDecodable {
+        /// Nil when there is no such user here.
+        var isAnonymous: Bool?
+        var liveRows: Int
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            isAnonymous = try row.decodeIfPresent("is_anonymous")
+            liveRows = try row.decodeIfPresent("live_rows") ?? 0
         }
     }
 }

@@ -92,59 +92,17 @@ struct TestShards {
     subscript(shard: Int) -> AccountsDatabase { databases[shard] }
 }
 
-/// Two migrated databases (the tasks example), the second set to shard 1, a gateway on
-/// each (the second with its own JWT secret), and haproxy with deploy/haproxy-shards.cfg
-/// in front; runs `body` with haproxy's port.
+/// Two migrated databases (the tasks example), the second set to shard 1, and
+/// ``HAProxyFront/withShards(databaseURLs:environment:_:)`` on them; runs `body` with
+/// haproxy's port.
 private func withShards(_ body: (Int, TestShards) async throws -> Void) async throws {
     try await AccountsDatabase.with(examples: ["tasks"]) { shard0 in
         try await AccountsDatabase.with(examples: ["tasks"]) { shard1 in
             try await shard1.admin.execute("select ferry.set_shard(1)")
-            let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
-                "ferry-haproxy-shards-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: folder) }
-            var gateways: [ServedGateway] = []
-            defer { for gateway in gateways { gateway.stop() } }
-            for (shard, database) in [shard0, shard1].enumerated() {
-                var environment = ["FERRY_TRUSTED_PROXIES": HAProxyFront.proxyAddress]
-                if shard == 1 { environment["FERRY_JWT_SECRET"] = String(repeating: "shard one secret ", count: 3) }
-                let gateway = ServedGateway(
-                    name: "shard\(shard)-gw1", port: try freePort(), databaseURL: database.gatewayURL, folder: folder,
-                    environment: environment)
-                gateways.append(gateway)
-                try await gateway.start()
-            }
-            let port = try freePort()
-            try await HAProxyFront.serve(try shardsConfig(port: port, gateways: gateways), port: port, in: folder) {
+            try await HAProxyFront.withShards(databaseURLs: [shard0.gatewayURL, shard1.gatewayURL]) {
+                port, gateways in
                 try await body(port, TestShards(databases: [shard0, shard1], gateways: gateways))
             }
         }
     }
-}
-
-/// deploy/haproxy.cfg's global and defaults sections as the HAProxyFront tests run them,
-/// then deploy/haproxy-shards.cfg with the test's addresses: its bind on loopback, no TLS
-/// redirect, each server line on the test's gateway of that name.
-private func shardsConfig(port: Int, gateways: [ServedGateway]) throws -> String {
-    let base = try HAProxyFront.config(port: port, gateways: [])
-    let head = try #require(base.range(of: "\nfrontend ferry")).lowerBound
-    let shipped = try String(contentsOfFile: TestRepository.root + "/deploy/haproxy-shards.cfg", encoding: .utf8)
-    var lines = [String(base[..<head])]
-    for line in shipped.split(separator: "\n", omittingEmptySubsequences: false) {
-        let words = line.split(separator: " ")
-        switch words.first {
-        case "bind":
-            if line.contains(" ssl ") { lines.append("    bind 127.0.0.1:\(port)") }
-        case "http-request" where line.contains("redirect"):
-            continue
-        case "server":
-            let gateway = try #require(gateways.first { $0.name == words[1] }, "no gateway \(words[1])")
-            lines.append("    server \(gateway.name) 127.0.0.1:\(gateway.port)")
-        case "default-server":
-            lines.append(line + " source \(HAProxyFront.proxyAddress)")
-        default:
-            lines.append(String(line))
-        }
-    }
-    return lines.joined(separator: "\n")
 }

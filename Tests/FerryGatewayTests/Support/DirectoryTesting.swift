@@ -6,8 +6,9 @@ import Foundation
 /// An email directory database (sql/directory, `ferry migrate --directory`) and N shards,
 /// each a migrated database of its own set to shard 1, 2, … (`ferry.set_shard`) with an
 /// in-process gateway given `--directory-database-url`: what a sharded deployment is,
-/// without haproxy in front (the two-cluster test adds it). The gateways log in to the
-/// directory as `ferry_gateway`, granted the directory's role `ferry_directory`.
+/// without haproxy in front (TwoClustersTests runs the whole shape behind haproxy). The
+/// gateways log in to the directory as `ferry_gateway`, granted the directory's role
+/// `ferry_directory`.
 struct DirectoryShards: Sendable {
     /// The directory database (superuser connection in `admin`).
     let directory: MigratedDirectory
@@ -16,12 +17,9 @@ struct DirectoryShards: Sendable {
 
     subscript(index: Int) -> AccountsGateway { shards[index] }
 
-    /// The directory's row of `email`: shard, user, state; nil when there is none.
+    /// The directory's row of `email` (``MigratedDirectory/row(_:)``).
     func row(_ email: String) async throws -> (shard: Int, user: String, state: String)? {
-        let result = try await directory.admin.query(
-            "select shard, user_id::text, state from directory.emails where email = $1", [email])
-        guard result.count == 1 else { return nil }
-        return (Int(result[0, 0] ?? "") ?? -1, result[0, 1] ?? "", result[0, 2] ?? "")
+        try await directory.row(email)
     }
 }
 
@@ -40,12 +38,29 @@ struct MigratedDirectory: Sendable {
         ])
     }
 
+    /// Its row of `email`: shard, user, state; nil when there is none.
+    func row(_ email: String) async throws -> (shard: Int, user: String, state: String)? {
+        let result = try await admin.query(
+            "select shard, user_id::text, state from directory.emails where email = $1", [email])
+        guard result.count == 1 else { return nil }
+        return (Int(result[0, 0] ?? "") ?? -1, result[0, 1] ?? "", result[0, 2] ?? "")
+    }
+
     static func with<T>(_ body: (MigratedDirectory) async throws -> T) async throws -> T {
         try await TestDatabase.with(prefix: "ferry_directory") { database in
             let admin = try await database.connect()
             do {
+                // Roles belong to the cluster and tests migrate many directories at once: the
+                // migration's check-then-create (one deployment has one directory) and the
+                // grant would race, so both happen here first, catching the loser's error.
+                try await admin.execute(
+                    """
+                    do $$ begin create role ferry_directory nologin;
+                    exception when duplicate_object or unique_violation then null; end $$;
+                    do $$ begin grant ferry_directory to ferry_gateway;
+                    exception when duplicate_object or unique_violation then null; end $$;
+                    """)
                 try await migrator.migrate(admin)
-                try await admin.execute("grant ferry_directory to ferry_gateway")
                 let value = try await body(
                     MigratedDirectory(
                         database: database, admin: admin, gatewayURL: try database.url(user: "ferry_gateway")))

@@ -108,6 +108,66 @@ final class HAProxyFront: Sendable {
         return lines.joined(separator: "\n")
     }
 
+    /// Shard N's gateway (`databaseURLs[N]`, named `shard<N>-gw1` as
+    /// deploy/haproxy-shards.cfg names it, every shard but 0 with a JWT secret of its own,
+    /// and `environment(N, ports)` added, `ports` being every shard's gateway port) for
+    /// each shard, and haproxy with deploy/haproxy-shards.cfg (``shardsConfig(port:gateways:)``)
+    /// in front; runs `body` with haproxy's port and the gateways, then stops them all.
+    static func withShards(
+        databaseURLs: [String],
+        environment: (_ shard: Int, _ ports: [Int]) -> [String: String] = { _, _ in [:] },
+        _ body: (Int, [ServedGateway]) async throws -> Void
+    ) async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "ferry-haproxy-shards-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let ports = try databaseURLs.map { _ in try freePort() }
+        var gateways: [ServedGateway] = []
+        defer { for gateway in gateways { gateway.stop() } }
+        for (shard, databaseURL) in databaseURLs.enumerated() {
+            var settings = ["FERRY_TRUSTED_PROXIES": proxyAddress]
+            if shard > 0 { settings["FERRY_JWT_SECRET"] = String(repeating: "shard \(shard) secret ", count: 4) }
+            settings.merge(environment(shard, ports)) { _, given in given }
+            let gateway = ServedGateway(
+                name: "shard\(shard)-gw1", port: ports[shard], databaseURL: databaseURL, folder: folder,
+                environment: settings)
+            gateways.append(gateway)
+            try await gateway.start()
+        }
+        let port = try freePort()
+        try await serve(try shardsConfig(port: port, gateways: gateways), port: port, in: folder) {
+            try await body(port, gateways)
+        }
+    }
+
+    /// deploy/haproxy.cfg's global and defaults sections as ``config(port:gateways:settings:)``
+    /// has them, then deploy/haproxy-shards.cfg with the test's addresses: its bind on
+    /// loopback, no TLS redirect, each server line on the test's gateway of that name.
+    static func shardsConfig(port: Int, gateways: [ServedGateway]) throws -> String {
+        let base = try config(port: port, gateways: [])
+        let head = try #require(base.range(of: "\nfrontend ferry")).lowerBound
+        let shipped = try String(contentsOfFile: TestRepository.root + "/deploy/haproxy-shards.cfg", encoding: .utf8)
+        var lines = [String(base[..<head])]
+        for line in shipped.split(separator: "\n", omittingEmptySubsequences: false) {
+            let words = line.split(separator: " ")
+            switch words.first {
+            case "bind":
+                if line.contains(" ssl ") { lines.append("    bind 127.0.0.1:\(port)") }
+            case "http-request" where line.contains("redirect"):
+                continue
+            case "server":
+                let gateway = try #require(gateways.first { $0.name == words[1] }, "no gateway \(words[1])")
+                lines.append("    server \(gateway.name) 127.0.0.1:\(gateway.port)")
+            case "default-server":
+                lines.append(line + " source \(proxyAddress)")
+            default:
+                lines.append(String(line))
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+
     /// What haproxy wrote.
     var haproxyLog: String {
         (try? String(contentsOfFile: folder.appendingPathComponent("haproxy.log").path, encoding: .utf8)) ?? ""

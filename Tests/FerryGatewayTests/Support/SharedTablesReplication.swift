@@ -98,11 +98,12 @@ extension ScratchCluster {
         await client.close()
     }
 
-    /// The first column of the first row `sql` answers in database `ferry`, nil for none or null.
-    func value(_ sql: String) async throws -> String? {
+    /// The first column of the first row `sql` (with `parameters`) answers in database
+    /// `ferry`, nil for none or null.
+    func value(_ sql: String, _ parameters: [String?] = []) async throws -> String? {
         let client = try await connect(database: "ferry")
         do {
-            let result = try await client.query(sql)
+            let result = try await client.query(sql, parameters)
             await client.close()
             return result.count > 0 ? result[0, 0] : nil
         } catch {

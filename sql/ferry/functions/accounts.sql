@@ -223,6 +223,42 @@ begin
 end
 $$;
 
+-- A first sign-in's end of the device's anonymous user p_user: its sessions revoked (their
+-- streams close account_deleted), every row it owns deleted (what is left after a
+-- keep_device move, or its tombstones when it had no live row: nothing else would ever
+-- delete them), then the user. False when p_user is no anonymous user of this shard (gone
+-- already). Across shards the gateway calls it once the account's shard signed the device
+-- in (docs/SCALING.md, "The email directory").
+create or replace function ferry.delete_anonymous_user(p_user uuid) returns boolean
+language plpgsql security definer set search_path = ''
+as $$
+begin
+    perform 1 from ferry.users u where u.id = p_user and u.email is null for update;
+    if not found then
+        return false;
+    end if;
+    perform ferry.announce_revocation(s.id, p_user, 'account_deleted')
+        from ferry.sessions s where s.user_id = p_user and s.revoked_at is null;
+    perform ferry.delete_user_rows(p_user);
+    delete from ferry.users u where u.id = p_user;
+    return true;
+end
+$$;
+
+-- Whether p_user is anonymous and how many live rows it owns (both null when there is no
+-- such user here): what a first sign-in across shards counts, the device's rows on the
+-- device's shard and the account's on the account's. The gateway's, with no caller.
+create or replace function ferry.user_rows(p_user uuid, out is_anonymous boolean, out live_rows bigint)
+language plpgsql stable security definer set search_path = ''
+as $$
+begin
+    select u.email is null into is_anonymous from ferry.users u where u.id = p_user;
+    if found then
+        live_rows := ferry.count_user_rows(p_user);
+    end if;
+end
+$$;
+
 -- POST /v1/auth/signin, step 2, after the password checked out. p_anonymous is the user
 -- of the device's current anonymous session (null when signing in without one).
 -- status: ok, or resolution_required (nothing changed) with both row counts.
@@ -256,12 +292,7 @@ begin
                 raise exception 'unknown resolve %', p_resolve using errcode = '22023';
             end if;
         end if;
-        perform ferry.announce_revocation(s.id, p_anonymous, 'account_deleted')
-            from ferry.sessions s where s.user_id = p_anonymous and s.revoked_at is null;
-        -- What is left of the anonymous user's rows (its tombstones, when it had no live row
-        -- and so no choice to make) goes with it: nothing else would ever delete them.
-        perform ferry.delete_user_rows(p_anonymous);
-        delete from ferry.users u where u.id = p_anonymous;
+        perform ferry.delete_anonymous_user(p_anonymous);
     end if;
     session_id := ferry.open_session(p_user, p_device, p_refresh_hash);
     update ferry.users u set last_seen_at = now() where u.id = p_user returning u.email into email;
@@ -441,6 +472,7 @@ revoke all on function
     ferry.count_user_rows(uuid), ferry.delete_user_rows(uuid), ferry.move_user_rows(uuid, uuid),
     ferry.announce_revocation(uuid, uuid, text), ferry.open_session(uuid, text, text),
     ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
+    ferry.delete_anonymous_user(uuid), ferry.user_rows(uuid),
     ferry.sign_in(uuid, text, text, uuid, text), ferry.current_account(), ferry.locked_caller(),
     ferry.link_email(text, text, boolean, text, text, integer),
     ferry.sign_out(), ferry.delete_account(), ferry.cleanup_anonymous(interval, integer),
@@ -450,7 +482,8 @@ from public;
 
 grant execute on function
     ferry.sign_up_anonymous(text, text), ferry.refresh_session(text, text, text, text, interval), ferry.find_credentials(text),
-    ferry.sign_in(uuid, text, text, uuid, text), ferry.cleanup_anonymous(interval, integer),
+    ferry.sign_in(uuid, text, text, uuid, text), ferry.delete_anonymous_user(uuid), ferry.user_rows(uuid),
+    ferry.cleanup_anonymous(interval, integer),
     ferry.count_inactive_anonymous(interval), ferry.recent_revocations(timestamptz),
     ferry.user_has_email(uuid, text, boolean)
 to ferry_gateway;
