@@ -35,6 +35,12 @@ import Testing
         #expect(!error.isRetryable)
     }
 
+    @Test func keepDeviceAcrossShardsIsFinal() {
+        let error = FerryError.server(answer(409, "keep_device_across_shards", retryable: false).error)
+        #expect(error.errorCode == .keepDeviceAcrossShards)
+        #expect(!error.isRetryable)
+    }
+
     @Test func aCodeTheSDKDoesNotNameIsStillACodeOfItsText() {
         let error = FerryError.server(answer(409, "a_newer_code", retryable: false).error)
         #expect(error.errorCode == ServerError.Code(rawValue: "a_newer_code"))

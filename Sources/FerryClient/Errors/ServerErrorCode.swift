@@ -65,6 +65,9 @@ extension ServerError {
         public static let alreadyLinked: Code = "already_linked"
         /// `409`: signing in needs the app's choice (``FerryError/resolutionRequired(deviceRows:cloudRows:)``).
         public static let resolutionRequired: Code = "resolution_required"
+        /// `409`: a sharded server cannot move this device's rows into an account of another
+        /// shard; sign in with ``SignInChoice/keepCloud`` and write the rows again.
+        public static let keepDeviceAcrossShards: Code = "keep_device_across_shards"
         /// `409`: a pull's cursor is older than tombstone retention; pull afresh.
         public static let cursorExpired: Code = "cursor_expired"
         /// `409`: another device holds the lock (``FerryError/lockHeld(holder:heartbeatAge:)``).
