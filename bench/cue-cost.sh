@@ -79,7 +79,7 @@ export FERRY_PUSH_BYTES_PER_SECOND=1073741824
 choose_gateway_address
 start_gateways 1 127.0.0.1
 ferry_pid=${gateway_pids[0]}
-grep -q 'static let sql = "select ferry.push_body($1, $2::integer) as answer"' Sources/FerryGateway/Queries/SyncQueries.swift ||
+grep -q 'from ferry.push_body($1, $2::integer) answer' Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the push statement changed: check bench/cue-cost.sh" >&2; exit 1; }
 
 # Setup: sign-ups through the API, each device's rows seeded as the owner, push.tsv (tokens).

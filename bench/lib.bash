@@ -6,6 +6,13 @@
 #   migrate_database [example…]  the embedded database, migrated: OWNER_URL, GATEWAY_URL
 #   make_scratch_folder          $tmp, and the clean-up when the script exits
 
+# The load generators and tools the scripts call, from Debian (not `make test`'s set-up):
+# a script without one would print zeros, so every script stops first, saying what to install.
+for tool in wrk pgbench psql bc python3; do
+    command -v "$tool" >/dev/null ||
+        { echo "bench: $tool not found (Debian: apt-get install -y wrk postgresql-client bc python3)" >&2; exit 1; }
+done
+
 # Builds the release `ferry` and each product named (ferry-load, ferry-client-bench), one
 # `swift build` each (its --product takes one product). Sets BIN (their folder) and FERRY
 # (its `ferry`).

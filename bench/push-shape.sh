@@ -34,7 +34,7 @@ build_release
 migrate_database puzzle
 make_scratch_folder
 
-grep -q 'static let sql = "select ferry.push_body($1, $2::integer) as answer"' Sources/FerryGateway/Queries/SyncQueries.swift ||
+grep -q 'from ferry.push_body($1, $2::integer) answer' Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the push statement changed: update bench/push-shape.sh" >&2; exit 1; }
 # 0013's ferry.push under another name: its text, as applied, from the migration in git.
 before_function=$(git show e9a775d:sql/ferry/0013_push_upserts.sql |

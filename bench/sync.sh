@@ -83,7 +83,7 @@ grep -q "set_config('ferry.session_id', \$3, true)," Sources/FerryGateway/Querie
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
 grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the pull statement changed: update bench/sync.sh" >&2; exit 1; }
-grep -q 'static let sql = "select ferry.push_body($1, $2::integer) as answer"' Sources/FerryGateway/Queries/SyncQueries.swift ||
+grep -q 'from ferry.push_body($1, $2::integer) answer' Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the push statement changed: update bench/sync.sh" >&2; exit 1; }
 
 # Setup: sign-ups through the API, rows seeded as the owner, cursors through the API.
@@ -174,7 +174,7 @@ select uid, did, sid, 1 as have from bench_sync.push_devices where n = :client_i
 \\set seq :seq + 1
 \\startpipeline
 $identity_sql
-select ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000);
+select answer, pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as cues_queued from ferry.push_body(pg_catalog.format(:template, :seq::bigint), 1000) answer;
 \\endpipeline
 SQL
 pg_template=${template//@/%1\$s}

@@ -8,7 +8,9 @@ enum FerryCLI {
             name: "ferry", summary: "ferry: a sync gateway for offline-first apps, on PostgreSQL",
             commands: [
                 ServeCommand.self, DevCommand.self, MigrateCommand.self, CleanupAnonymousCommand.self,
-                PurgeTombstonesCommand.self, RestoreFinishCommand.self, DatabaseCommand.self, VersionCommand.self,
+                PurgeTombstonesCommand.self, RestoreFinishCommand.self, DirectoryBackfillCommand.self,
+                DatabaseCommand.self,
+                VersionCommand.self,
             ],
             aliases: ["--version": "version"])
     }

@@ -132,3 +132,29 @@ import Testing
         #expect(wheel.count == 0)
     }
 }
+
+/// When the gateway sends the cues pushes queued (``QueuedCueSending``): one send at a
+/// time, and every commit during a send gets exactly one more after it.
+@Suite(.tagSelection) struct QueuedCueSendingTests {
+    /// What each event answered (whether to start a send), in order.
+    func answers(_ events: [String]) -> [Bool] {
+        var sending = QueuedCueSending()
+        return events.map { $0 == "queued" ? sending.queued() : sending.sent() }
+    }
+
+    @Test func aCommitWhileIdleSendsAtOnceAndNothingMoreAfter() {
+        #expect(answers(["queued", "sent"]) == [true, false])
+        var sending = QueuedCueSending()
+        _ = sending.queued()
+        #expect(sending.isSending)
+        _ = sending.sent()
+        #expect(!sending.isSending)
+    }
+
+    @Test func commitsDuringASendFoldIntoOneMoreSend() {
+        let events = ["queued", "queued", "queued", "sent", "sent", "queued"]
+        #expect(
+            answers(events) == [true, false, false, true, false, true],
+            "one more send for the commits its snapshot may have missed, then idle again")
+    }
+}

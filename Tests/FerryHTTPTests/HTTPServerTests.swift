@@ -412,10 +412,10 @@ private final class TestServer {
         #expect(try proxy.request("GET", "/peer").text == "[2001:db8::9]:4242")
         try eventuallyBlocking("both answers recorded", seconds: 5) { server.recorder.records.count == 2 }
         #expect(server.recorder.records.allSatisfy { $0.remoteAddress?.description == "[2001:db8::9]:4242" })
-        // Without a header, the trusted proxy is refused; anyone else is served as itself.
+        // Without a header, the trusted proxy speaks for itself; anyone else is served as itself.
         let bare = try HTTPTestClient(port: server.port, source: "127.0.0.2")
-        let refused = try bare.request("GET", "/peer")
-        #expect(refused.status == 400 && refused.text.contains("PROXY"))
+        let itself = try bare.request("GET", "/peer")
+        #expect(itself.status == 200 && itself.text.hasPrefix("127.0.0.2:"), "\(itself.status) \(itself.text)")
         #expect(try server.client().request("GET", "/peer").text.hasPrefix("127.0.0.1:"))
     }
 
@@ -430,6 +430,11 @@ private final class TestServer {
         try proxy.send(ProxyHeaders.v2(command: 0x20, family: 0, payload: []))
         #expect(try proxy.request("GET", "/peer", headers: forwarded).text == "192.0.2.1")
         #expect(try proxy.request("GET", "/peer").text.hasPrefix("127.0.0.2:"))
+        // No header at all (a gateway forwarding a sign-in): the same, even when the first
+        // bytes, sent alone, could begin a v2 header.
+        let forwarder = try HTTPTestClient(port: server.port, source: "127.0.0.2")
+        try forwarder.send(Array("\r\n".utf8))
+        #expect(try forwarder.request("GET", "/peer", headers: forwarded).text == "192.0.2.1")
         // A client the header named is not a proxy: its own X-Forwarded-For is not read.
         let relayed = try HTTPTestClient(port: server.port, source: "127.0.0.2")
         try relayed.send(

@@ -74,7 +74,6 @@ private let request = Array("GET / HTTP/1.1\r\nHost: t\r\n\r\n".utf8)
         "PROXY TCP4 192.0.2.1 198.51.100.2 1 2\n",  // LF without CR
         "PROXY TCP4 192.0.2.1 198.51.100.2 1 2\rX",  // CR without LF
         "PROXY TCP4 192.0.2.1\t198.51.100.2 1 2\r\n",  // a control byte
-        "proxy TCP4 192.0.2.1 198.51.100.2 1 2\r\n",
     ])
     func v1MalformedIsRefused(_ text: String) {
         #expect(isInvalid(decode(text)))
@@ -216,12 +215,38 @@ private let request = Array("GET / HTTP/1.1\r\nHost: t\r\n\r\n".utf8)
 
     // MARK: - Neither
 
-    @Test func bytesThatStartNoHeaderAreRefusedAtOnce() {
-        #expect(isInvalid(decode(request)))
-        #expect(isInvalid(decode("P")) == false)
-        #expect(isInvalid(decode("PROXX")))
-        #expect(isInvalid(decode([0x0D, 0x0A, 0x0D, 0x0A, 0x01])))
-        #expect(isInvalid(decode([0x00])))
+    @Test func bytesThatDepartFromBothSignaturesAreNoHeaderAtOnce() {
+        #expect(decode(request) == .noHeader)
+        #expect(decode("P") == .needMoreBytes)
+        #expect(decode("PROXY") == .needMoreBytes)
+        #expect(decode("PROXX") == .noHeader)
+        // The signature is case-sensitive, as the spec's.
+        #expect(decode("proxy TCP4 192.0.2.1 198.51.100.2 1 2\r\n") == .noHeader)
+        // `PROXY` not followed by its space is no signature either.
+        #expect(decode("PROXYZ / HTTP/1.1\r\n") == .noHeader)
+        #expect(decode([0x0D, 0x0A, 0x0D, 0x0A, 0x01]) == .noHeader)
+        #expect(decode([0x00]) == .noHeader)
         #expect(decode([0x0D, 0x0A]) == .needMoreBytes)
+    }
+
+    /// A request read a byte at a time that begins like a signature (`PROPFIND`, or v2's
+    /// leading CRLFs) is handed back whole: the held bytes, then the read that departed.
+    @Test func theStartOfASignatureHeldAcrossReadsIsHandedBackWhenItDeparts() {
+        for (chunks, earlier) in [
+            (["P", "R", "O", "PFIND / HTTP/1.1\r\n"].map { Array($0.utf8) }, Array("PRO".utf8)),
+            ([[0x0D, 0x0A], [0x0D, 0x0A, 0x00, 0x0D], Array("GET".utf8)], [0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D]),
+        ] {
+            var decoder = ProxyHeaderDecoder()
+            let events = chunks.map { chunk in chunk.withUnsafeBytes { decoder.decode($0) } }
+            #expect(events == Array(repeating: .needMoreBytes, count: chunks.count - 1) + [.noHeader])
+            #expect(decoder.earlier == earlier)
+        }
+    }
+
+    /// Once the whole signature is read the connection is committed to a header: what
+    /// follows must be one.
+    @Test func aWholeSignatureFollowedByNoHeaderIsRefused() {
+        #expect(isInvalid(decode("PROXY GET / HTTP/1.1\r\n")))
+        #expect(isInvalid(decode(ProxyHeaders.v2Signature + [0x11, 0x11, 0x00, 0x00])))
     }
 }

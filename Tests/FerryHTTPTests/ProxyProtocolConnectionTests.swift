@@ -19,6 +19,8 @@ private enum Step: Equatable {
 private struct Connection {
     var machine: HTTPConnectionStateMachine
     var now: UInt64 = 0
+    /// The body of every request dispatched, as text.
+    var bodies: [String] = []
 
     init(peer: ClientAddress) {
         machine = HTTPConnectionStateMachine(
@@ -34,6 +36,7 @@ private struct Connection {
             switch machine.nextAction() {
             case .dispatch(let request, let number):
                 steps.append(.dispatch(path: request.path, from: request.remoteAddress))
+                bodies.append(String(decoding: request.body, as: UTF8.self))
                 unanswered.append(number)
             case .write(let response, let context):
                 steps.append(.write(status: response.status.code, from: context.remoteAddress))
@@ -89,9 +92,75 @@ private let client = ClientAddress(IPAddress("192.0.2.1")!, port: 56324)
                 == [.dispatch(path: "/a", from: proxy), .write(status: 200, from: proxy)])
     }
 
-    @Test func aTrustedProxyWithoutAHeaderIsRefused() {
+    /// What a gateway forwarding a sign-in to another shard's sends: no header, and the
+    /// client in `X-Forwarded-For`.
+    @Test func aTrustedProxyWithoutAHeaderIsWhomItsForwardedForNames() {
         var connection = Connection(peer: proxy)
-        #expect(connection.read(get) == [.write(status: 400, from: proxy), .closeAfterWrites])
+        let forwarded = "GET /a HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 192.0.2.1\r\n\r\n"
+        let named = ClientAddress(IPAddress("192.0.2.1")!, port: nil)
+        #expect(
+            connection.read(forwarded + get)
+                == [
+                    .dispatch(path: "/a", from: named), .dispatch(path: "/a", from: proxy),
+                    .write(status: 200, from: named), .write(status: 200, from: proxy),
+                ])
+        // Only the first bytes of a connection may be a header.
+        #expect(
+            connection.read(
+                ProxyHeaders.v1(source: "192.0.2.1", sourcePort: 1, destination: "10.0.0.1", destinationPort: 80))
+                == [.write(status: 400, from: proxy), .closeAfterWrites])
+    }
+
+    @Test func aRequestSentAByteAtATimeThatBeginsLikeASignatureIsServedWhole() {
+        for text in ["PROPFIND /a HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 192.0.2.1\r\n\r\n", "\r\n" + get] {
+            var connection = Connection(peer: proxy)
+            let bytes = Array(text.utf8)
+            for byte in bytes.dropLast() { #expect(connection.read([byte]) == []) }
+            let from = text.hasPrefix("PROP") ? ClientAddress(IPAddress("192.0.2.1")!, port: nil) : proxy
+            #expect(
+                connection.read([bytes.last!]) == [.dispatch(path: "/a", from: from), .write(status: 200, from: from)])
+        }
+    }
+
+    @Test func theStartOfASignatureThatNeverEndsIsClosedAtTheHeadTimeout() {
+        var connection = Connection(peer: proxy)
+        #expect(connection.read("PROX") == [])
+        #expect(connection.machine.deadline == 10 * second)
+        #expect(connection.machine.timerFired(now: 10 * second) == .close)
+    }
+
+    /// The client a header names is no proxy: what it writes in `X-Forwarded-For` is its own.
+    @Test func aHeaderNamingAClientLeavesItsForwardedForUnread() {
+        var connection = Connection(peer: proxy)
+        let header = ProxyHeaders.v2(
+            source: "192.0.2.1", sourcePort: 56324, destination: "10.0.0.1", destinationPort: 80)
+        #expect(
+            connection.read(header + Array("GET /a HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 198.51.100.7\r\n\r\n".utf8))
+                == [.dispatch(path: "/a", from: client), .write(status: 200, from: client)])
+    }
+
+    @Test func aBodyThatStartsLikeAHeaderIsABody() {
+        let body = "PROXY TCP4 198.51.100.7 10.0.0.1 1 80\r\n"
+        let post = "POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body
+        let header = ProxyHeaders.v1(
+            source: "192.0.2.1", sourcePort: 56324, destination: "10.0.0.1", destinationPort: 80)
+        for (start, from) in [([UInt8](), proxy), (header, client)] {
+            var connection = Connection(peer: proxy)
+            #expect(
+                connection.read(start + Array((post + post).utf8))
+                    == [
+                        .dispatch(path: "/a", from: from), .dispatch(path: "/a", from: from),
+                        .write(status: 200, from: from), .write(status: 200, from: from),
+                    ])
+            #expect(connection.bodies == [body, body])
+        }
+    }
+
+    @Test func anUntrustedPeersForwardedForIsNotRead() {
+        var connection = Connection(peer: stranger)
+        #expect(
+            connection.read("GET /a HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 192.0.2.1\r\n\r\n")
+                == [.dispatch(path: "/a", from: stranger), .write(status: 200, from: stranger)])
     }
 
     @Test func aMalformedHeaderIsRefused() {

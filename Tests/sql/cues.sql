@@ -1,7 +1,8 @@
 -- Every cue goes through ferry.send_cue (sql/ferry/functions/cues.sql), the one SQL entry
 -- point a change of how cues travel reroutes: no other function names the ferry_cue
 -- channel, send_cue is inlined into its callers' queries (no call of its own per cue),
--- and every role that may write a synced table can run it.
+-- and every role that may write a synced table can run it. Push's cues are queued
+-- (ferry.queue_cue) for the gateway to send after the commit (ferry.send_queued_cues).
 --
 -- Run by Tests/sql/run.sh (make test); everything is made in one transaction and rolled back.
 
@@ -12,7 +13,7 @@
 \pset pager off
 
 begin;
-select plan(4);
+select plan(8);
 
 create schema cues_test;
 create function cues_test.plan_of(p_query text) returns text language plpgsql as $$
@@ -45,6 +46,22 @@ select ok(pg_catalog.has_function_privilege('ferry_client', 'ferry.send_cue(text
 
 select ok(pg_catalog.has_function_privilege('public', 'ferry.send_cue(text)', 'execute'),
     'every role may send a cue, as pg_notify itself: an operator''s plain-SQL write cues');
+
+-- Push's cues wait in ferry.queued_cues for the gateway (ferry.send_queued_cues).
+select is((select c.relpersistence from pg_catalog.pg_class c where c.oid = 'ferry.queued_cues'::regclass),
+    'u', 'ferry.queued_cues is unlogged: a queued cue costs a push no WAL');
+
+select ok(pg_catalog.has_function_privilege('ferry_client', 'ferry.queue_cue(text)', 'execute')
+        and pg_catalog.has_table_privilege('ferry_client', 'ferry.queued_cues', 'insert'),
+    'ferry_client (push) may queue a cue');
+
+select ok(not pg_catalog.has_function_privilege('ferry_client', 'ferry.send_queued_cues()', 'execute')
+        and not pg_catalog.has_table_privilege('ferry_client', 'ferry.queued_cues', 'select')
+        and not pg_catalog.has_table_privilege('ferry_client', 'ferry.queued_cues', 'delete'),
+    'ferry_client may neither send nor read nor take the queued cues');
+
+select ok(pg_catalog.has_function_privilege('ferry_gateway', 'ferry.send_queued_cues()', 'execute'),
+    'the gateway sends them');
 
 select * from finish();
 rollback;

@@ -2323,7 +2323,7 @@ begin
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
     if v_skip_cues is distinct from 'on' then
-        perform ferry.send_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+        perform ferry.queue_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);
@@ -2340,6 +2340,25 @@ $_$;
 --
 
 COMMENT ON FUNCTION ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) IS 'The push loop, run as ferry_client: exactly-once by the device''s last_mutation_id; unstorable maps a mutation''s position to the {"code", "message"} it is rejected with. {"last_mutation_id", "results"}';
+
+
+--
+-- Name: queue_cue(text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.queue_cue(p_payload text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    insert into ferry.queued_cues (payload) values (p_payload);
+    select pg_catalog.set_config('ferry.cues_queued', 'on', true);
+$$;
+
+
+--
+-- Name: FUNCTION queue_cue(p_payload text); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.queue_cue(p_payload text) IS 'Queues one cue in ferry.queued_cues for the gateway to send after this transaction commits (ferry.send_queued_cues), and sets ferry.cues_queued; push and WatermelonDB push cue their writes through it';
 
 
 --
@@ -3098,6 +3117,38 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+
+
+--
+-- Name: send_queued_cues(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.send_queued_cues() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_sent integer;
+begin
+    perform pg_catalog.set_config('synchronous_commit', 'off', true);
+    with taken as (
+        delete from ferry.queued_cues q
+        where q.ctid = any (array(select c.ctid from ferry.queued_cues c for update skip locked))
+        returning q.payload
+    ), sent as (
+        select ferry.send_cue(d.payload) from (select distinct t.payload from taken t) d
+    )
+    select pg_catalog.count(*) into v_sent from sent;
+    return v_sent;
+end
+$$;
+
+
+--
+-- Name: FUNCTION send_queued_cues(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.send_queued_cues() IS 'Sends every queued cue (ferry.queued_cues) not being sent by another call, each distinct payload once, in this transaction, committed without waiting for the WAL flush; returns how many';
 
 
 --
@@ -4118,7 +4169,7 @@ begin
             using errcode = 'FRCNF', detail = v_conflicts::text;
     end if;
     if v_skip_cues is distinct from 'on' then
-        perform ferry.send_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+        perform ferry.queue_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
             from pg_catalog.unnest(v_cued) t;
     end if;
     if v_rejections = '[]' then
@@ -4649,6 +4700,22 @@ CREATE TABLE ferry.purge_horizon (
 --
 
 COMMENT ON TABLE ferry.purge_horizon IS 'One row: the highest _stamp of any purged tombstone and the latest purging transaction; ferry.pull expires cursors it could have cut short (docs/ARCHITECTURE.md, "The purge horizon").';
+
+
+--
+-- Name: queued_cues; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE UNLOGGED TABLE ferry.queued_cues (
+    payload text NOT NULL
+);
+
+
+--
+-- Name: TABLE queued_cues; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.queued_cues IS 'Cues a push queued in its transaction (ferry.queue_cue), sent after its commit by ferry.send_queued_cues; unlogged: emptied by a crash, when every stream is cued anyway.';
 
 
 --
@@ -5593,6 +5660,14 @@ GRANT ALL ON FUNCTION ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb
 
 
 --
+-- Name: FUNCTION queue_cue(p_payload text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.queue_cue(p_payload text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.queue_cue(p_payload text) TO ferry_client;
+
+
+--
 -- Name: FUNCTION rebuild_generated_code(); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5733,6 +5808,14 @@ GRANT ALL ON FUNCTION ferry.schema_version() TO ferry_gateway;
 --
 
 REVOKE ALL ON FUNCTION ferry.send_cues() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION send_queued_cues(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.send_queued_cues() FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.send_queued_cues() TO ferry_gateway;
 
 
 --
@@ -6017,6 +6100,13 @@ GRANT SELECT ON TABLE ferry.history TO ferry_client;
 --
 
 GRANT SELECT ON TABLE ferry.purge_horizon TO ferry_client;
+
+
+--
+-- Name: TABLE queued_cues; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT INSERT ON TABLE ferry.queued_cues TO ferry_client;
 
 
 --

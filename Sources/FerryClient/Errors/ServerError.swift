@@ -2,7 +2,7 @@
 public struct ServerError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The HTTP status.
     public var status: Int
-    /// The protocol's error code (`token_expired`, `lock_held`, …).
+    /// The protocol's error code (`token_expired`, `lock_held`, …); ``errorCode`` is it typed.
     public var code: String
     /// The server's human text.
     public var message: String

@@ -225,6 +225,8 @@ public final class Gateway: Sendable {
             }
             connection.start()
         }
+        let sweeping = contexts[0]
+        sweeping.loop.execute { sweeping.value.queuedCues.startSweeping() }
         if let purger {
             purger.loop.execute { purger.value.start() }
         }

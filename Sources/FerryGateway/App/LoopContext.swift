@@ -20,6 +20,8 @@ final class LoopContext: HTTPObserver {
     let metrics = LoopMetrics()
     let log: LogBuffer
     let hub: CueHub
+    /// Sends the cues this loop's pushes queued, after their commits.
+    let queuedCues: QueuedCueSender
 
     init(
         loop: EventLoop, pool: PostgresPool, logger: Logger, streams: StreamPolicy, accounts: Accounts,
@@ -35,6 +37,7 @@ final class LoopContext: HTTPObserver {
         self.logger = logger
         self.log = LogBuffer(logger: logger, loop: loop)
         hub = CueHub(loop: loop, policy: streams, accounts: accounts, quota: quota, metrics: metrics)
+        queuedCues = QueuedCueSender(loop: loop, pool: pool, logger: logger)
     }
 
     /// The counters of this loop, with its pool's gauges.
@@ -49,6 +52,7 @@ final class LoopContext: HTTPObserver {
 
     /// Releases the loop's resources once its connections are gone.
     func close() {
+        queuedCues.close()
         pool.close()
         replicas?.close()
         directory?.close()

@@ -9,7 +9,7 @@ enum GatewayQueries {
             CurrentAccount.self, LinkEmail.self, SignOut.self, DeleteAccount.self,
             CallerCredentials.self, ChangePassword.self, RequestPasswordReset.self, ResetPassword.self,
             ConfirmEmail.self, ResendConfirmation.self,
-            Push.self, Pull.self, TableSchema.self, PrimaryHistory.self, ReplicaCaughtUp.self,
+            Push.self, SendQueuedCues.self, Pull.self, TableSchema.self, PrimaryHistory.self, ReplicaCaughtUp.self,
             WatermelonPullOpen.self, WatermelonPush.self,
             ClaimLock.self, HeartbeatLock.self, ReleaseLock.self,
             SchemaVersion.self, NotifyListenerProbe.self, PurgeTombstones.self,

@@ -9,8 +9,13 @@ struct Push: SingleRowQuery {
     // The body goes as text: a mutation PostgreSQL cannot store (a \u0000) fails its own
     // cast to jsonb there, not the whole statement's. The limit is checked before any
     // mutation is read, so an oversized batch costs no parse and writes nothing.
-    static let sql = "select ferry.push_body($1, $2::integer) as answer"
-    static let columns = ["answer"]
+    // `cues_queued` is read after the push ran (a function in FROM runs first): whether it
+    // queued cues for the gateway to send after the commit (ferry.queue_cue, cues.sql).
+    static let sql = """
+        select answer, pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as cues_queued
+        from ferry.push_body($1, $2::integer) answer
+        """
+    static let columns = ["answer", "cues_queued"]
 
     /// The request's body, as received (checked UTF-8).
     var body: String
@@ -20,9 +25,31 @@ struct Push: SingleRowQuery {
     struct Answer: QueryRowDecodable {
         /// The push answer's JSON; nil when the batch has more than `maxMutations` mutations.
         var json: [UInt8]?
+        /// Whether the push queued cues, which ``QueuedCueSender`` sends once it committed.
+        var cuesQueued: Bool
 
         init(_ row: QueryRow) throws(QueryShapeError) {
             json = try row.bytesIfPresent("answer")
+            cuesQueued = try row.decodeIfPresent("cues_queued") ?? false
+        }
+    }
+}
+
+/// `ferry.send_queued_cues`: sends the cues pushes queued (sql/ferry/functions/cues.sql),
+/// as the gateway, after the commit of a push that queued some and every second.
+struct SendQueuedCues: SingleRowQuery {
+    static let preparedName: String? = "ferry_send_queued_cues"
+    static let sql = "select ferry.send_queued_cues() as sent"
+    static let columns = ["sent"]
+
+    var parameters: [String?] { [] }
+
+    struct Answer: QueryRowDecodable {
+        /// How many distinct cues went out.
+        var sent: Int
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            sent = try row.decodeIfPresent("sent") ?? 0
         }
     }
 }

@@ -59,8 +59,12 @@ enum WatermelonPullCursor {
 /// `ferry.watermelon_push`: the records of a push, applied or refused as a whole.
 struct WatermelonPush: SingleRowQuery {
     static let preparedName: String? = "ferry_watermelon_push"
-    static let sql = "select ferry.watermelon_push($1::bigint, $2, $3::integer) as answer"
-    static let columns = ["answer"]
+    // `cues_queued` as for ``Push``.
+    static let sql = """
+        select answer, pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as cues_queued
+        from ferry.watermelon_push($1::bigint, $2, $3::integer) answer
+        """
+    static let columns = ["answer", "cues_queued"]
 
     var lastPulledAt: Int64
     /// The request's body, as received (checked UTF-8).
@@ -68,5 +72,14 @@ struct WatermelonPush: SingleRowQuery {
     var maxRecords: Int
     var parameters: [String?] { [String(lastPulledAt), body, String(maxRecords)] }
 
-    typealias Answer = BuiltJSON
+    struct Answer: QueryRowDecodable {
+        var bytes: [UInt8]
+        /// Whether the push queued cues, which ``QueuedCueSender`` sends once it committed.
+        var cuesQueued: Bool
+
+        init(_ row: QueryRow) throws(QueryShapeError) {
+            bytes = try row.bytes("answer")
+            cuesQueued = try row.decodeIfPresent("cues_queued") ?? false
+        }
+    }
 }

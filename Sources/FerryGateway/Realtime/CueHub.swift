@@ -21,7 +21,7 @@ final class CueHub {
     /// Counted by `StreamRoutes` before a stream opens; given back here when it is gone.
     private let quota: ConcurrencyLimit<UUID>
     private let metrics: LoopMetrics
-    private var streamsByUser: [UUID: [StreamSubscriber]] = [:]
+    private var streamsByUser: [UUID: UserStreams] = [:]
     /// Each stream's next deadline (CueHub+Lifecycle.swift).
     var wheel: TimingWheel<StreamSubscriber>
     private var ticker: FerryLoop.Timer?
@@ -63,14 +63,21 @@ final class CueHub {
             policy: policy, userID: claims.userID, sessionID: claims.sessionID,
             expiresAt: accounts.tokens.acceptedUntil(claims))
         let subscriber = StreamSubscriber(
-            stream: stream, deviceID: claims.deviceID, lifecycle: lifecycle, liveCount: liveSubscribers)
-        stream.onClose = { [unowned self, unowned subscriber] in remove(subscriber) }
-        stream.onWritable = { [unowned self, unowned subscriber] in
+            hub: self, stream: stream, deviceID: claims.deviceID, lifecycle: lifecycle, liveCount: liveSubscribers)
+        // Each callback captures the subscriber alone, so Swift needs no closure context
+        // for it (three fewer allocations per stream). The stream holds them until it
+        // reports its close, which lets go of all three (`EventStream.reportClosed`).
+        stream.onClose = { [subscriber] in subscriber.hub.remove(subscriber) }
+        stream.onWritable = { [subscriber] in
             subscriber.lifecycle.drained()
-            if subscriber.pending != nil { sendPending(subscriber) }
+            if subscriber.pending != nil { subscriber.hub.sendPending(subscriber) }
         }
-        stream.onMessage = { [unowned self, unowned subscriber] message in received(message, from: subscriber) }
-        streamsByUser[claims.userID, default: []].append(subscriber)
+        stream.onMessage = { [subscriber] message in subscriber.hub.received(message, from: subscriber) }
+        if let streams = streamsByUser[claims.userID] {
+            streamsByUser[claims.userID] = streams.adding(subscriber)
+        } else {
+            streamsByUser[claims.userID] = .one(subscriber)
+        }
         streamCount += 1
         metrics.streamOpened(stream.transport)
         if ticker == nil {
@@ -89,9 +96,8 @@ final class CueHub {
         quota.release(subscriber.userID)
         metrics.streamClosed(subscriber.stream.transport)
         streamCount -= 1
-        if var streams = streamsByUser[subscriber.userID] {
-            streams.removeAll { $0 === subscriber }
-            streamsByUser[subscriber.userID] = streams.isEmpty ? nil : streams
+        if let streams = streamsByUser[subscriber.userID] {
+            streamsByUser[subscriber.userID] = streams.removing(subscriber)
         }
         if streamCount == 0 {
             ticker?.close()
@@ -116,8 +122,7 @@ final class CueHub {
         for cue in cues {
             switch cue.audience {
             case .user(let user):
-                guard let streams = streamsByUser[user] else { continue }
-                for subscriber in streams { mark(subscriber, table: cue.table, origin: cue.origin, at: cue.receivedAt) }
+                streamsByUser[user]?.each { mark($0, table: cue.table, origin: cue.origin, at: cue.receivedAt) }
             case .everyone:
                 forEachStream { mark($0, table: cue.table, origin: cue.origin, at: cue.receivedAt) }
             }
@@ -177,9 +182,7 @@ final class CueHub {
     }
 
     private func forEachStream(_ body: (StreamSubscriber) -> Void) {
-        for streams in streamsByUser.values {
-            for subscriber in streams { body(subscriber) }
-        }
+        for streams in streamsByUser.values { streams.each(body) }
     }
 
     // MARK: - The stream's own messages
@@ -207,7 +210,7 @@ final class CueHub {
     func revoke(_ revocation: Revocation) {
         var candidates: [StreamSubscriber] = []
         if let user = revocation.userID {
-            candidates = streamsByUser[user] ?? []
+            streamsByUser[user]?.each { candidates.append($0) }
         } else {
             forEachStream { candidates.append($0) }
         }
@@ -228,5 +231,39 @@ final class CueHub {
         var all: [StreamSubscriber] = []
         forEachStream { all.append($0) }
         for subscriber in all { perform(subscriber.lifecycle.shutdown(), for: subscriber) }
+    }
+}
+
+/// One user's open streams on a loop. Nearly every user has one, which needs no array of
+/// its own: an idle stream's share of the hub is then its dictionary entry alone.
+private enum UserStreams {
+    case one(StreamSubscriber)
+    /// Two or more, in the order they opened.
+    case many([StreamSubscriber])
+
+    func adding(_ subscriber: StreamSubscriber) -> UserStreams {
+        switch self {
+        case .one(let first): return .many([first, subscriber])
+        case .many(let all): return .many(all + [subscriber])
+        }
+    }
+
+    /// Without `subscriber`; nil when none is left.
+    func removing(_ subscriber: StreamSubscriber) -> UserStreams? {
+        switch self {
+        case .one(let only):
+            return only === subscriber ? nil : self
+        case .many(var all):
+            all.removeAll { $0 === subscriber }
+            guard all.count > 1 else { return all.first.map { .one($0) } }
+            return .many(all)
+        }
+    }
+
+    func each(_ body: (StreamSubscriber) -> Void) {
+        switch self {
+        case .one(let only): body(only)
+        case .many(let all): for subscriber in all { body(subscriber) }
+        }
     }
 }

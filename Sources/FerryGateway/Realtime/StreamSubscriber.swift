@@ -5,6 +5,8 @@ import Foundation
 /// One open stream as the hub sees it: the stream, its ``StreamLifecycle`` and the cue it
 /// owes. Loop thread only.
 final class StreamSubscriber: TimingWheelElement {
+    /// The hub the stream's callbacks report to (it outlives its streams).
+    unowned let hub: CueHub
     let stream: any EventStream
     let deviceID: String
     var lifecycle: StreamLifecycle
@@ -18,7 +20,11 @@ final class StreamSubscriber: TimingWheelElement {
     /// Whether messages can still go out: neither side has started closing.
     var isWritable: Bool { lifecycle.isOpen && stream.isOpen }
 
-    init(stream: any EventStream, deviceID: String, lifecycle: StreamLifecycle, liveCount: LiveInstanceCount) {
+    init(
+        hub: CueHub, stream: any EventStream, deviceID: String, lifecycle: StreamLifecycle,
+        liveCount: LiveInstanceCount
+    ) {
+        self.hub = hub
         self.stream = stream
         self.deviceID = deviceID
         self.lifecycle = lifecycle

@@ -53,6 +53,7 @@ struct SyncRoutes {
                             message: "a push carries at most \(maxPushMutations) mutations"
                         ).response)
                 }
+                if answer.cuesQueued { context.queuedCues.queued() }
                 responder.respond(.json(bytes: json))
             case .failure(.database(let error)) where error.sqlState == SQLState.invalidParameterValue:
                 // ferry.push's own refusals of a malformed batch: their messages are for clients.

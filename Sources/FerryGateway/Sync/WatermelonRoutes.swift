@@ -70,6 +70,7 @@ struct WatermelonRoutes {
         context.run(push, as: caller, pushing: request.body.count, answering: responder) { result in
             switch result {
             case .success(let answer):
+                if answer.cuesQueued { context.queuedCues.queued() }
                 responder.respond(.json(bytes: answer.bytes))
             case .failure(.database(let error)) where error.sqlState == SQLState.watermelonTooManyRecords:
                 responder.respond(

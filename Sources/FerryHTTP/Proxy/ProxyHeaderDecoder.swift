@@ -1,14 +1,21 @@
-/// Reads the PROXY protocol header (HAProxy's spec, versions 1 and 2) that starts a
+/// Reads the PROXY protocol header (HAProxy's spec, versions 1 and 2) that may start a
 /// connection from a trusted proxy. A plain value: bytes in, an event out, no sockets.
+///
+/// Whether a header comes is told by its signature (`PROXY ` for v1, v2's 12 bytes):
+/// while the bytes so far are the start of one, it waits for more; as soon as a byte
+/// departs from both, the connection has no header (``Event/noHeader``) and
+/// every byte read, those held from earlier calls first, is the request's. No HTTP
+/// request starts with either signature (no method is `PROXY`, and v2's holds a NUL), so
+/// a request is never taken for a header, nor a header for a request.
 ///
 /// Bounded: it holds at most one header's bytes, a v1 line of at most 107 bytes or a v2
 /// header of 16 bytes and at most ``maxV2PayloadBytes`` of addresses and TLVs, which are
 /// skipped. Bytes after the header are not its to take: ``Event/header(_:consumed:)``
 /// says how many of the last call's bytes were the header's, and the rest are the first
-/// of the request. The first bytes that cannot start a header, a malformed or truncated
-/// line, an unknown version, command or family, or a header over its bound are refused
-/// at once (``Event/invalid(_:)``); the connection's head timeout bounds a header that
-/// never ends.
+/// of the request. Once a whole signature was read, a malformed or truncated line, an
+/// unknown version, command or family, or a header over its bound is refused at once
+/// (``Event/invalid(_:)``); the connection's head timeout bounds a header, or a
+/// signature, that never ends.
 struct ProxyHeaderDecoder {
     /// What a ``decode(_:)`` call found.
     enum Event: Equatable {
@@ -16,6 +23,10 @@ struct ProxyHeaderDecoder {
         case needMoreBytes
         /// The header is complete; the first `consumed` bytes of the last call were its.
         case header(ProxyHeader, consumed: Int)
+        /// The connection starts with no header: ``earlier`` (the bytes of earlier calls,
+        /// held as the start of a signature: at most 11), then every byte of the last
+        /// call, are the request's.
+        case noHeader
         /// Not a PROXY protocol header, or not one this server takes: why.
         case invalid(String)
     }
@@ -31,6 +42,12 @@ struct ProxyHeaderDecoder {
     /// The header's bytes so far (from earlier calls).
     private var held: [UInt8] = []
 
+    /// After ``Event/noHeader``: the bytes of earlier calls, which come before the last
+    /// call's. Not a payload of the event: with a `[UInt8]` payload beside
+    /// ``Event/invalid(_:)``'s `String`, this Swift 6.3 build matched `.invalid` wrongly
+    /// (`if case .invalid` false for an `.invalid`), so the enum keeps no array.
+    var earlier: [UInt8] { held }
+
     /// Reads the next bytes of the connection.
     mutating func decode(_ bytes: UnsafeRawBufferPointer) -> Event {
         let before = held.count
@@ -40,6 +57,9 @@ struct ProxyHeaderDecoder {
         switch Self.parse(held) {
         case .incomplete:
             return .needMoreBytes
+        case .absent:
+            held.removeSubrange(before...)
+            return .noHeader
         case .invalid(let reason):
             held = []
             return .invalid(reason)
@@ -51,6 +71,7 @@ struct ProxyHeaderDecoder {
 
     private enum Parse {
         case incomplete
+        case absent
         case invalid(String)
         case complete(ProxyHeader, length: Int)
     }
@@ -58,7 +79,7 @@ struct ProxyHeaderDecoder {
     private static func parse(_ data: [UInt8]) -> Parse {
         if data.starts(with: v1Signature.prefix(data.count)) { return parseV1(data) }
         if data.starts(with: v2Signature.prefix(data.count)) { return parseV2(data) }
-        return .invalid("the connection does not start with a PROXY protocol header")
+        return .absent
     }
 
     // MARK: - Version 1: one line of text

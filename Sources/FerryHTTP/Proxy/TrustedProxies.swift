@@ -1,10 +1,13 @@
 /// The proxies whose word about a client is believed: `FERRY_TRUSTED_PROXIES`.
 ///
-/// A connection from one of them must start with a PROXY protocol header
+/// A connection from one of them may start with a PROXY protocol header
 /// (``ProxyHeaderDecoder``), which names the client; a request whose client so far is
-/// one of them is from whom its `X-Forwarded-For` names (``client(of:headers:)``). From
-/// any other peer neither is believed: a PROXY header is bad HTTP (`400`) and
-/// `X-Forwarded-For` is ignored, so no client can choose the address its limits count.
+/// one of them (no header, or a header naming another of them) is from whom its
+/// `X-Forwarded-For` names (``client(of:headers:)``). From any other peer neither is
+/// believed: a PROXY header is bad HTTP (`400`) and `X-Forwarded-For` is ignored, so no
+/// client can choose the address its limits count. Trust only proxies that write one or
+/// the other themselves: a proxy relaying a client's bytes as they are (haproxy in TCP
+/// mode without `send-proxy`) would let the client write either.
 public struct TrustedProxies: Sendable, Hashable, CustomStringConvertible {
     /// The blocks, in the order given.
     public let ranges: [AddressRange]

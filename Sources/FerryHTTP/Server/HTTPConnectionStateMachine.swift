@@ -36,10 +36,14 @@
 /// that request's answer and the connection closes after it. A body's charge to the
 /// budget is given back once its answer is written or the connection closes.
 ///
-/// A trusted proxy's connection (``HeadAdmission/trustedProxies``) must start with a
-/// PROXY protocol header (``ProxyHeaderDecoder``), read before any HTTP and within the
-/// head timeout from open; the client it names is whom every request comes from. A
-/// header that is not one, or none at all, is answered `400` and the connection closes.
+/// A trusted proxy's connection (``HeadAdmission/trustedProxies``) may start with a
+/// PROXY protocol header (``ProxyHeaderDecoder``, told by its signature), read before
+/// any HTTP and within the head timeout from open; the client it names is whom every
+/// request comes from. Without one, the connection speaks for the proxy, and each
+/// request's `X-Forwarded-For` says whom it serves (``TrustedProxies/client(of:headers:)``):
+/// what a gateway forwarding a sign-in to another shard sends. A signature followed by
+/// no valid header is answered `400` and the connection closes. Any other peer's
+/// connection is plain HTTP, where a PROXY header is bad HTTP.
 struct HTTPConnectionStateMachine {
     /// What the owner must do next.
     enum Action {
@@ -125,8 +129,8 @@ struct HTTPConnectionStateMachine {
     }
 
     private var decoder: HTTPRequestDecoder
-    /// Reads the PROXY header a trusted proxy's connection starts with; nil once read,
-    /// and for every other peer.
+    /// Reads the PROXY header a trusted proxy's connection may start with; nil once read
+    /// (or once the first bytes showed there is none), and for every other peer.
     private var proxyHeader: ProxyHeaderDecoder?
     /// Whom the connection speaks for: its peer, then the client its PROXY header named.
     private var client: ClientAddress?
@@ -188,20 +192,15 @@ struct HTTPConnectionStateMachine {
         self.now = now
         switch lifecycle {
         case .open:
-            var bytes = bytes
-            if proxyHeader != nil {
-                guard let rest = readProxyHeader(bytes), !rest.isEmpty else { return }
-                bytes = rest
-            }
-            if !stash.isEmpty || slots.count >= maxPipelined || isBackedUp {
-                stash.append(contentsOf: bytes)
+            guard proxyHeader != nil else { return readRequests(bytes) }
+            switch readProxyHeader(bytes) {
+            case .wait:
                 return
-            }
-            let consumed = decodeRequests(from: bytes)
-            // Set at each such read: the kernel leaves quick-ack mode again on its own.
-            if decoder.progress == .body { acknowledgePending = true }
-            if consumed < bytes.count && (lifecycle == .open || upgradePending) {
-                stash.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[consumed...]))
+            case .requests(let rest):
+                if !rest.isEmpty { readRequests(rest) }
+            case .requestsAfter(let earlier):
+                // At most a signature's first bytes, from slow reads: rare, and small.
+                (earlier + Array(bytes)).withUnsafeBytes { readRequests($0) }
             }
         case .draining where upgradePending:
             // Bytes after an upgrade request belong to the next protocol: keep them for the taker.
@@ -212,19 +211,47 @@ struct HTTPConnectionStateMachine {
         }
     }
 
-    /// Feeds the PROXY header's decoder; returns the bytes after a complete header, nil
-    /// while it is incomplete or once it was refused (answered `400`, then the close).
-    private mutating func readProxyHeader(_ bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+    /// Bytes of an open connection past its PROXY header, if any: decoded, or stashed
+    /// while the pipeline is full or the writes are backed up.
+    private mutating func readRequests(_ bytes: UnsafeRawBufferPointer) {
+        if !stash.isEmpty || slots.count >= maxPipelined || isBackedUp {
+            stash.append(contentsOf: bytes)
+            return
+        }
+        let consumed = decodeRequests(from: bytes)
+        // Set at each such read: the kernel leaves quick-ack mode again on its own.
+        if decoder.progress == .body { acknowledgePending = true }
+        if consumed < bytes.count && (lifecycle == .open || upgradePending) {
+            stash.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[consumed...]))
+        }
+    }
+
+    /// What a read's bytes hold once the PROXY header's decoder has seen them.
+    private enum HeaderRead {
+        /// The header is incomplete, or it was refused (answered `400`, then the close).
+        case wait
+        /// The header is done with; these bytes of the read follow it.
+        case requests(UnsafeRawBufferPointer)
+        /// There is no header: `earlier` (held from earlier reads), then the whole read.
+        case requestsAfter(earlier: [UInt8])
+    }
+
+    /// Feeds the PROXY header's decoder.
+    private mutating func readProxyHeader(_ bytes: UnsafeRawBufferPointer) -> HeaderRead {
         switch proxyHeader!.decode(bytes) {
         case .needMoreBytes:
-            return nil
+            return .wait
         case .header(let header, let consumed):
             proxyHeader = nil
             if let source = header.source {
                 client = source
                 decoder.speak(for: source)
             }
-            return UnsafeRawBufferPointer(rebasing: bytes[consumed...])
+            return .requests(UnsafeRawBufferPointer(rebasing: bytes[consumed...]))
+        case .noHeader:
+            let earlier = proxyHeader!.earlier
+            proxyHeader = nil
+            return earlier.isEmpty ? .requests(bytes) : .requestsAfter(earlier: earlier)
         case .invalid(let reason):
             proxyHeader = nil
             slots.append(
@@ -233,7 +260,7 @@ struct HTTPConnectionStateMachine {
                         status: .badRequest, code: "invalid_request", message: "PROXY protocol: \(reason)"),
                     isHTTP10: false, keepAlive: false, receivedAt: now, remoteAddress: client))
             lifecycle = .draining
-            return nil
+            return .wait
         }
     }
 

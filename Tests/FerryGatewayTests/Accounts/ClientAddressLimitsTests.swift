@@ -3,7 +3,8 @@ import Foundation
 import Testing
 
 /// The per-address limits behind a trusted proxy: they count the client its PROXY
-/// header names, and nothing an untrusted peer sends changes whom they count.
+/// header names (or, without one, its `X-Forwarded-For`), and nothing an untrusted peer
+/// sends changes whom they count.
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct ClientAddressLimitsTests {
     static let arguments = ["--trusted-proxies", "127.0.0.2", "--anonymous-signups-per-hour", "2"]
 
@@ -59,10 +60,25 @@ import Testing
             // A PROXY header from anyone but a proxy is bad HTTP, and counts nothing.
             let proxied = try await signUp(harness, as: "192.0.2.13", from: "127.0.0.3")
             #expect(proxied.status == 400, "\(proxied)")
-            // A trusted proxy's connection without its header is refused, not served as the proxy.
-            let bare = try await signUp(harness, from: "127.0.0.2")
-            #expect(bare.status == 400 && bare.raw.text.contains("PROXY"), "\(bare)")
             #expect(try await harness.database.value("select count(*) from ferry.users") == "2")
+        }
+    }
+
+    /// A trusted peer that starts with no PROXY header (a gateway forwarding a sign-in)
+    /// is whom its `X-Forwarded-For` names, or itself without one.
+    @Test func aTrustedPeerWithoutAHeaderIsWhomItsForwardedForNames() async throws {
+        try await withAccountsGateway(arguments: Self.arguments) { harness in
+            let forwarded = [("X-Forwarded-For", "192.0.2.20")]
+            for _ in 0..<2 {
+                #expect(try await signUp(harness, from: "127.0.0.2", headers: forwarded).status == 201)
+            }
+            let spent = try await signUp(harness, from: "127.0.0.2", headers: forwarded)
+            #expect(spent.status == 429, "the named client's sign-ups are spent: \(spent)")
+            // The proxy's own address, and the client's through a PROXY header, are other clients.
+            #expect(try await signUp(harness, from: "127.0.0.2").status == 201)
+            let proxied = try await signUp(harness, as: "192.0.2.21", from: "127.0.0.2", headers: forwarded)
+            #expect(proxied.status == 201, "a header's client's X-Forwarded-For is its own writing: \(proxied)")
+            #expect(try await harness.database.value("select count(*) from ferry.users") == "4")
         }
     }
 }

@@ -160,6 +160,31 @@ import Testing
         }
     }
 
+    /// The account's shard trusts the forwarding gateways (`--trusted-proxies`), which send
+    /// no PROXY header: a forwarded sign-in's per-address limits count the client, not the
+    /// gateway that forwarded it.
+    @Test func aForwardedSignInsLimitsCountTheClientsAddress() async throws {
+        let arguments = ["--trusted-proxies", "127.0.0.1", "--failed-signins-per-hour", "2"]
+        try await withDirectoryShards(arguments: arguments) { shards in
+            for email in ["eve@example.com", "fay@example.com"] { _ = try await shards[1].emailAccount(email) }
+            for _ in 0..<2 {
+                let wrong = try await shards[0].signIn(
+                    email: "eve@example.com", password: "not the password", source: "127.0.0.5")
+                #expect(wrong.status == 401, "\(wrong)")
+            }
+            let addresses = try await shards[1].database.value(
+                "select string_agg(distinct address, ',') from ferry.sign_in_attempts")
+            #expect(addresses == "127.0.0.5")
+            // That client's failures are spent, for any email; another client's are not.
+            let spent = try await shards[0].signIn(
+                email: "fay@example.com", password: "not the password", source: "127.0.0.5")
+            #expect(spent.status == 429 && spent.code == "rate_limited", "\(spent)")
+            let other = try await shards[0].signIn(
+                email: "fay@example.com", password: "not the password", source: "127.0.0.6")
+            #expect(other.status == 401, "\(other)")
+        }
+    }
+
     @Test func aShardThatDoesNotAnswerIsAClear503() async throws {
         try await withDirectoryShards { shards in
             // Shard 3 has no gateway: its URL is a closed port.

@@ -29,7 +29,7 @@ import Testing
             try await withStartedGateway(databaseURL: try bouncer.url(database.gatewayURL), arguments: arguments) {
                 gateway, port in
                 let server = AccountsGateway(database: database, gateway: gateway, port: port)
-                try await eventually("/readyz 200 through pgbouncer", seconds: 20) {
+                _ = try await eventually("/readyz 200 through pgbouncer", seconds: 20) {
                     try await server.call("GET", "/readyz").status == 200 ? true : nil
                 }
                 let ana = try await server.signUpAnonymous()

@@ -113,6 +113,59 @@ import Testing
         }
     }
 
+    /// Push queues its cues instead of sending them at its commit: nothing is heard until
+    /// `ferry.send_queued_cues` (the gateway's call after the commit) sends each distinct
+    /// one once, in its own transaction; a rolled-back push queues nothing.
+    @Test func aPushQueuesItsCuesUntilTheGatewaySendsThemOnce() async throws {
+        try await withCues { database, inbox, users in
+            let phone = try await database.connectAsClient(user: users[0], device: "phone")
+            for id in 1...2 {
+                let answer = try await phone.push([
+                    ["id": id, "table": "notes", "op": "upsert", "row": ["id": id, "body": "a"]]
+                ])
+                #expect(answer.outcomes == ["applied"], "\(answer)")
+            }
+            #expect(try await inbox.drain(database.admin, sendingQueued: false) == [])
+            #expect(try await database.value("select count(*) from ferry.queued_cues") == "2")
+            #expect(try await database.value("select ferry.send_queued_cues()") == "1")
+            #expect(try await inbox.drain(database.admin, sendingQueued: false) == ["\(users[0]) phone notes"])
+            #expect(try await database.value("select ferry.send_queued_cues()") == "0")
+
+            let rolledBack = try await database.connectAsGateway()
+            try await rolledBack.execute("begin")
+            try await rolledBack.query(phone.identityStatement.sql, phone.identityStatement.parameters)
+            try await rolledBack.query(
+                "select ferry.push($1::jsonb)",
+                [#"{"mutations": [{"id": 3, "table": "notes", "op": "upsert", "row": {"id": 3}}]}"#])
+            try await rolledBack.execute("rollback")
+            #expect(try await database.value("select count(*) from ferry.queued_cues") == "0")
+            await rolledBack.close()
+            await phone.close()
+        }
+    }
+
+    /// Two gateways sending at once: the cues one is sending (its transaction not yet
+    /// committed) are skipped by the other, not waited for nor sent twice, and go out
+    /// with the first one's commit.
+    @Test func queuedCuesBeingSentAreSkippedByAnotherSend() async throws {
+        try await withCues { database, inbox, users in
+            let phone = try await database.connectAsClient(user: users[0], device: "phone")
+            _ = try await phone.push([["id": 1, "table": "notes", "op": "upsert", "row": ["id": 1]]])
+            let first = try await database.connectAsGateway()
+            try await first.execute("begin")
+            #expect(try await first.query("select ferry.send_queued_cues()")[0, 0] == "1")
+            let laptop = try await database.connectAsClient(user: users[1], device: "laptop")
+            _ = try await laptop.push([["id": 2, "table": "notes", "op": "upsert", "row": ["id": 2]]])
+            #expect(try await database.value("select ferry.send_queued_cues()") == "1", "only the laptop's")
+            #expect(try await inbox.drain(database.admin, sendingQueued: false) == ["\(users[1]) laptop notes"])
+            try await first.execute("commit")
+            #expect(try await inbox.drain(database.admin, sendingQueued: false) == ["\(users[0]) phone notes"])
+            #expect(try await database.value("select count(*) from ferry.queued_cues") == "0")
+            for client in [phone, laptop] { await client.close() }
+            await first.close()
+        }
+    }
+
     /// While push writes a table only that table's triggers are quiet: an operator's
     /// trigger that writes another synced table during the push still cues its owner.
     @Test func aWriteAnOperatorsTriggerMakesDuringAPushStillCues() async throws {

@@ -252,6 +252,23 @@ import Testing
         }
     }
 
+    /// A gateway that died between a push's commit and sending its cue leaves the cue
+    /// queued: another gateway's sweep sends it within a second or so.
+    @Test func aCueLeftQueuedByAGatewayThatDiedIsSentByTheSweep() async throws {
+        try await withAccountsGateway(examples: ["tasks"]) { harness in
+            let session = try await harness.signUpAnonymous()
+            let stream = try await harness.openStream(session, .webSocket)
+            _ = try await stream.nextMessageAsync(ofType: "hello")
+            try await harness.database.admin.query(
+                "insert into ferry.queued_cues (payload) values ($1)", ["\(session.userID) other-device tasks"])
+            let cue = try await stream.nextMessageAsync(ofType: "cue")
+            #expect(cue.strings("tables") == ["tasks"])
+            #expect(cue.string("origin") == "other-device")
+            #expect(try await harness.database.value("select count(*) from ferry.queued_cues") == "0")
+            stream.close()
+        }
+    }
+
     @Test func twoGatewaysOnOneDatabaseCueEachOthersStreams() async throws {
         try await withAccountsGateway(examples: ["tasks"]) { harness in
             let session = try await harness.signUpAnonymous()

@@ -45,10 +45,13 @@ final class CueInbox: Sendable {
         await inbox.stop()
     }
 
-    /// The payloads received since the last drain, in order of arrival: sends a sentinel
-    /// notification through `sender` and waits for it, so every transaction committed
-    /// before this call has been heard (notifications arrive in commit order).
-    func drain(_ sender: PostgresClient) async throws -> [String] {
+    /// The payloads received since the last drain, in order of arrival: sends the cues
+    /// pushes queued, as the gateway does after each push's commit (unless not
+    /// `sendingQueued`), then a sentinel notification through `sender` and waits for it,
+    /// so every transaction committed before this call has been heard (notifications
+    /// arrive in commit order).
+    func drain(_ sender: PostgresClient, sendingQueued: Bool = true) async throws -> [String] {
+        if sendingQueued { try await sender.query("select ferry.send_queued_cues()") }
         let sentinel = "sentinel \(sentinels.add(1, ordering: .relaxed).newValue)"
         try await sender.query("select pg_notify('ferry_cue', $1)", [sentinel])
         try await wait("the sentinel notification") { self.payloads.withLock { $0.contains(sentinel) } }

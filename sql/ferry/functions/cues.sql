@@ -20,8 +20,8 @@
 
 -- The one way a cue is sent, whoever sends it: the triggers below, push and WatermelonDB
 -- push cueing their own writes, and any later trigger (a shared table's row trigger). The
--- payload is the whole '<owner> <device> <table>'. Today a NOTIFY on ferry_cue, sent at
--- commit; rerouting every cue (to a queue a notifier drains, say) is a change here alone.
+-- payload is the whole '<owner> <device> <table>': a NOTIFY on ferry_cue, sent at commit
+-- (push's cues reach it through ferry.queue_cue and ferry.send_queued_cues, below).
 -- A one-SELECT SQL function, so the planner inlines it into the caller's query: no call
 -- of its own per cue. Executable by everyone, like pg_notify itself, so a trigger fired
 -- by any role that may write a synced table can cue.
@@ -33,6 +33,57 @@ $$;
 
 comment on function ferry.send_cue(text) is
     'Sends one cue, ''<owner uuid or *> <device or -> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
+
+-- MARK: - Cues out of the push's commit
+
+-- A NOTIFY takes PostgreSQL's cluster-wide notify lock before its transaction commits
+-- and holds it through the commit's WAL flush: every notifying commit of the cluster
+-- waits for the one before, so cueing each push in its own commit capped a cluster at
+-- one push per disk flush (docs/ARCHITECTURE.md, "Cues out of the commit"). Push and
+-- WatermelonDB push therefore queue their cues instead: ferry.queue_cue adds one to
+-- ferry.queued_cues in the push's transaction and marks the transaction
+-- (ferry.cues_queued, which their gateway statements return), and the gateway that
+-- committed it then calls ferry.send_queued_cues, which sends every queued cue in one
+-- transaction of its own, one lock for all the pushes committed meanwhile. Everything
+-- else (the triggers: an operator's SQL, account operations) still sends at commit.
+create or replace function ferry.queue_cue(p_payload text) returns void
+language sql volatile
+as $$
+    insert into ferry.queued_cues (payload) values (p_payload);
+    select pg_catalog.set_config('ferry.cues_queued', 'on', true);
+$$;
+
+comment on function ferry.queue_cue(text) is
+    'Queues one cue in ferry.queued_cues for the gateway to send after this transaction commits (ferry.send_queued_cues), and sets ferry.cues_queued; push and WatermelonDB push cue their writes through it';
+
+-- Sends the queued cues, each distinct payload once, as ferry.send_cue, and returns how
+-- many. Rows another call is sending are skipped (locked), not waited for: that call
+-- sends them. Its own commit need not wait for the WAL flush (synchronous_commit off):
+-- a crash before the flush empties the unlogged table anyway, and the listeners'
+-- reconnection cues every stream. Run by the gateway (ferry_gateway) after each commit
+-- that queued a cue, and every second to send what a gateway that died between its
+-- commit and this call left behind.
+create or replace function ferry.send_queued_cues() returns integer
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_sent integer;
+begin
+    perform pg_catalog.set_config('synchronous_commit', 'off', true);
+    with taken as (
+        delete from ferry.queued_cues q
+        where q.ctid = any (array(select c.ctid from ferry.queued_cues c for update skip locked))
+        returning q.payload
+    ), sent as (
+        select ferry.send_cue(d.payload) from (select distinct t.payload from taken t) d
+    )
+    select pg_catalog.count(*) into v_sent from sent;
+    return v_sent;
+end
+$$;
+
+comment on function ferry.send_queued_cues() is
+    'Sends every queued cue (ferry.queued_cues) not being sent by another call, each distinct payload once, in this transaction, committed without waiting for the WAL flush; returns how many';
 
 -- MARK: - The cue triggers
 
@@ -171,7 +222,9 @@ comment on function ferry.refuse_truncate() is
 
 -- MARK: - Grants
 
-revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.send_replicated_cue(), ferry.refuse_truncate()
+revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.send_replicated_cue(), ferry.refuse_truncate(),
+    ferry.queue_cue(text), ferry.send_queued_cues()
     from public;
 grant execute on function ferry.send_cue(text) to public;
-grant execute on function ferry.cue_device() to ferry_client;
+grant execute on function ferry.cue_device(), ferry.queue_cue(text) to ferry_client;
+grant execute on function ferry.send_queued_cues() to ferry_gateway;

@@ -435,7 +435,7 @@ begin
 
     perform pg_catalog.set_config('ferry.skip_cues', coalesce(v_skip_cues, ''), true);
     if v_skip_cues is distinct from 'on' then
-        perform ferry.send_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+        perform ferry.queue_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
             from pg_catalog.unnest(v_cued) t;
     end if;
     perform ferry.advance_device(v_last);

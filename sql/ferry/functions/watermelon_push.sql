@@ -576,7 +576,7 @@ begin
             using errcode = 'FRCNF', detail = v_conflicts::text;
     end if;
     if v_skip_cues is distinct from 'on' then
-        perform ferry.send_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
+        perform ferry.queue_cue(v_user::text || ' ' || ferry.cue_device() || ' ' || t)
             from pg_catalog.unnest(v_cued) t;
     end if;
     if v_rejections = '[]' then
