@@ -99,10 +99,17 @@ final class FleetDevice {
         let email = "fleet-\(owner.runTag)-\(tag)@example.test"
         let started = MonotonicClock.now()
         let body = "{\"email\":\"\(email)\",\"password\":\"\(FleetLoop.password)\"}"
-        request("POST", "/v1/auth/link", body: body, operation: "link", started: started) { [self] _ in
+        let linked = { [self] in
             self.email = email
             owner.addCompanion(of: self, email: email)
+        }
+        request("POST", "/v1/auth/link", body: body, operation: "link", started: started) { [self] _ in
+            linked()
             pump()
+        } rejected: { [self] code in
+            // The email is this device's own: `already_linked` after a retry means the first
+            // attempt linked it and its answer was lost (a gateway going away mid-request).
+            if code == "already_linked" { linked() } else { fail("link answered \(code)") }
         }
     }
 

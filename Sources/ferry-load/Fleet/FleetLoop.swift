@@ -154,7 +154,11 @@ final class FleetLoop: @unchecked Sendable {
         for device in devices.values { device.stop() }
     }
 
-    var allIdle: Bool { devices.values.allSatisfy { !$0.isBusy && !$0.needsPull && $0.pendingBatch == nil } }
+    /// Whether no device has work left. A failed device never runs again (its failure is
+    /// reported), so whatever it still wanted (a pull a cue asked for) does not count.
+    var allIdle: Bool {
+        devices.values.allSatisfy { $0.phase == .failed || (!$0.isBusy && !$0.needsPull && $0.pendingBatch == nil) }
+    }
 
     func finalPulls() { for device in devices.values { device.finalPull() } }
 
