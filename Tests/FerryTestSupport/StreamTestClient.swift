@@ -58,15 +58,18 @@ public final class StreamTestClient: @unchecked Sendable {
     public private(set) var heartbeats = 0
     /// SSE `retry:` hint, once seen.
     public private(set) var retryMilliseconds: Int?
+    /// The head the server opened the stream with (`101` or `200`).
+    public private(set) var responseHead: HTTPTestResponse
     private var frames = WebSocketClientDecoder()
 
     /// Opens a stream; throws ``HTTPTestClientError`` with the status and body when the
     /// server refuses (no 101 / 200). Each read waits up to `timeout` seconds: long, since a
     /// loaded machine running the whole suite delays cues by seconds, and a test that
     /// passes never waits it out.
+    /// `headers` go with the request too.
     public init(
         port: Int, transport: Transport, token: String?, tokenInQuery: Bool = false, timeout: Double = 15,
-        receiveBufferBytes: Int32? = nil
+        receiveBufferBytes: Int32? = nil, headers: [(String, String)] = []
     ) throws {
         socket = try HTTPTestClient(port: port, timeout: timeout, receiveBufferBytes: receiveBufferBytes)
         self.transport = transport
@@ -84,8 +87,10 @@ public final class StreamTestClient: @unchecked Sendable {
         case .serverSentEvents:
             head += "Accept: text/event-stream\r\n"
         }
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
         try socket.send("GET \(path) HTTP/1.1\r\nHost: test\r\n\(head)\r\n")
         let response = try socket.readResponse(toHead: true)
+        responseHead = response
         let expected = transport == .webSocket ? 101 : 200
         guard response.status == expected else {
             // The refusal is an ordinary response with a body.

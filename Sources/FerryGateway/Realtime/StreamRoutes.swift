@@ -59,7 +59,8 @@ struct StreamRoutes: Sendable {
                 // Best effort: the kernel's default works too, only bigger.
                 try? tcp.setSendBufferSize(Self.sendBufferBytes)
                 let stream = ServerSentEventStream.open(
-                    tcp: tcp, bufferedBytes: buffered, retryMilliseconds: Self.reconnectMilliseconds)
+                    tcp: tcp, bufferedBytes: buffered, retryMilliseconds: Self.reconnectMilliseconds,
+                    corsOrigin: responder.corsOrigin)
                 opened(stream, claims: claims, status: 200, request: request, route: responder.route, context: context)
             }
             if !tookOver { quota.release(claims.userID) }

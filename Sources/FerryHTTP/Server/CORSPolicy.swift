@@ -63,6 +63,14 @@ public struct CORSPolicy: Sendable, Equatable {
         addVary(&response)
     }
 
+    /// The headers ``decorate(_:origin:)`` adds, as head lines, for a head written by hand
+    /// (an event stream's, which has no `Vary` of its own to merge with). `origin` is an
+    /// allowed one (``allowedOrigin(of:)``): a configured origin but for case and trailing
+    /// slashes, so it holds no line break.
+    static func headLines(origin: String) -> String {
+        "Access-Control-Allow-Origin: \(origin)\r\nAccess-Control-Expose-Headers: \(exposedHeaders)\r\nVary: Origin\r\n"
+    }
+
     /// `Vary: Origin`, whatever the origin: a cache must not hand one origin's answer to another.
     static func addVary(_ response: inout HTTPResponse) {
         if let vary = response.headers["Vary"] {

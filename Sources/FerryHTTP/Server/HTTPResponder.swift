@@ -13,8 +13,9 @@ public struct HTTPResponder {
     /// The pattern of the route being answered (for the handler's own logs), nil if none.
     public let route: String?
     /// The request's `Origin` when the server's ``CORSPolicy`` allows it: the answer then
-    /// carries the CORS headers.
-    let corsOrigin: String?
+    /// carries the CORS headers, and so must a head the route writes itself after
+    /// ``takeOver(_:)`` (``ServerSentEventStream/open(tcp:bufferedBytes:retryMilliseconds:corsOrigin:)``).
+    public let corsOrigin: String?
 
     /// The loop that owns the connection; ``respond(_:)`` must run on it.
     public var loop: EventLoop { connection.loop }

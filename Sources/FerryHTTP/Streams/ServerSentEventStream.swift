@@ -30,15 +30,17 @@ public final class ServerSentEventStream: EventStream, TCPConnectionDelegate {
     /// Starts an event stream on a connection that ``HTTPResponder/takeOver(_:)`` handed
     /// over: writes the `200` head and a `retry: <retryMilliseconds>` hint, becomes the
     /// connection's delegate and starts reading. `bufferedBytes` (whatever the client
-    /// sent after its request) are ignored.
+    /// sent after its request) are ignored. `corsOrigin`, an origin the server's
+    /// ``CORSPolicy`` allows (``HTTPResponder/corsOrigin``), gets the CORS headers every
+    /// other answer to it carries, so a page on that origin can read the stream.
     ///
     /// Set the callbacks before returning to the loop; they are not called before.
     public static func open(
-        tcp: TCPConnection, bufferedBytes: [UInt8], retryMilliseconds: Int = 3_000
+        tcp: TCPConnection, bufferedBytes: [UInt8], retryMilliseconds: Int = 3_000, corsOrigin: String? = nil
     ) -> ServerSentEventStream {
         tcp.loop.preconditionInEventLoop()
         let stream = ServerSentEventStream(tcp: tcp)
-        tcp.write(head(retryMilliseconds: retryMilliseconds))
+        tcp.write(head(retryMilliseconds: retryMilliseconds, corsOrigin: corsOrigin))
         tcp.delegate = stream
         tcp.startReading()
         return stream
@@ -51,15 +53,17 @@ public final class ServerSentEventStream: EventStream, TCPConnectionDelegate {
     /// goes out as it is, without a chunk-size line around it; and every HTTP/1.x client
     /// (EventSource, curl, httpx) reads a close-delimited body. `Connection: close` tells
     /// proxies the connection is not reused.
-    static func head(retryMilliseconds: Int) -> [UInt8] {
+    static func head(retryMilliseconds: Int, corsOrigin: String? = nil) -> [UInt8] {
         var head: [UInt8] = []
         head.reserveCapacity(256)
         head.append(contentsOf: "HTTP/1.1 200 OK\r\nDate: ".utf8)
         HTTPDate().append(to: &head, now: MonotonicClock.now())
         head.append(
             contentsOf:
-                "\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n\r\n"
+                "\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Accel-Buffering: no\r\nConnection: close\r\n"
                 .utf8)
+        if let corsOrigin { head.append(contentsOf: CORSPolicy.headLines(origin: corsOrigin).utf8) }
+        head.append(contentsOf: "\r\n".utf8)
         head.append(contentsOf: "retry: \(max(retryMilliseconds, 0))\n\n".utf8)
         return head
     }

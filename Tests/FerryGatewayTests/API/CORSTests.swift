@@ -80,6 +80,29 @@ import Testing
         }
     }
 
+    /// The SSE stream writes its own head after taking the connection over: an allowed
+    /// origin gets the CORS headers there too (a page reads the stream with `fetch`),
+    /// another origin none; the WebSocket needs none (browsers do not apply CORS to it).
+    @Test func anEventStreamsHeadCarriesTheAllowedOrigin() async throws {
+        try await withAccountsGateway(arguments: ["--cors-origins", Self.origin]) { gateway in
+            let session = try await gateway.signUpAnonymous()
+            let port = gateway.port
+            for (origin, allowed) in [(Self.origin, true), ("http://evil.test", false)] {
+                let stream = try await offload {
+                    try StreamTestClient(
+                        port: port, transport: .serverSentEvents, token: session.accessToken,
+                        headers: [("Origin", origin)])
+                }
+                let head = stream.responseHead
+                #expect(head.header("Access-Control-Allow-Origin") == (allowed ? origin : nil), "\(origin)")
+                #expect(head.header("Vary")?.contains("Origin") == (allowed ? true : nil), "\(origin)")
+                if allowed { #expect(head.header("Access-Control-Expose-Headers")?.contains("Retry-After") == true) }
+                _ = try await stream.nextMessageAsync(ofType: "hello")
+                stream.close()
+            }
+        }
+    }
+
     @Test func serveAllowsNoOriginByDefault() async throws {
         try await withAccountsGateway { gateway in
             let answer = try await Self.preflight(gateway, "/v1/auth/anonymous")
