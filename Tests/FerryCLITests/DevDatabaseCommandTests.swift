@@ -139,8 +139,10 @@ import Testing
             #expect(signedUp.status == 201, "\(signedUp)")
             // Its connections (pool and listener) log in as ferry_gateway, as in production.
             let roles = try await dev.query(
-                "select distinct usename::text from pg_stat_activity where application_name like 'ferry%' and pid <> pg_backend_pid()"
-            )
+                """
+                select distinct usename::text from pg_stat_activity
+                where application_name like 'ferry%' and application_name <> '\(ThrowawayDevState.queryApplicationName)'
+                """)
             #expect(roles == ["ferry_gateway"], "\(roles)")
 
             child.send(SIGTERM)
@@ -267,11 +269,16 @@ struct ThrowawayDevState {
         try await runFerry(["db", action], databaseURL: nil, environment: environment(port: port ?? self.port))
     }
 
+    /// The application name of ``query(_:)``'s connections: a closed one can stay in
+    /// `pg_stat_activity` for a moment, and must not pass for one of the gateway's.
+    static let queryApplicationName = "ferry-tests-query"
+
     /// Runs `sql` (statements separated by `;`) on the cluster's `ferry` database as the
     /// superuser; returns the cells of the last statement's rows, row after row.
     @discardableResult
     func query(_ sql: String) async throws -> [String?] {
-        let client = try await PostgresClient.connect(PostgresConfiguration(url, connectTimeoutMilliseconds: 5_000))
+        let client = try await PostgresClient.connect(
+            PostgresConfiguration(url, applicationName: Self.queryApplicationName, connectTimeoutMilliseconds: 5_000))
         do {
             let last = try await client.execute(sql).last
             await client.close()

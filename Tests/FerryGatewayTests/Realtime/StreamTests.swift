@@ -360,6 +360,9 @@ import Testing
     @Test(arguments: transports)
     func signingOutCloses4003AndDeletingTheAccountCloses4004(transport: StreamTestClient.Transport) async throws {
         try await withAccountsGateway { harness in
+            // Revocations reach streams through the listener: one announced before it
+            // listens reaches the token cache when it connects, but closes no stream.
+            #expect(try await harness.metric("ferry_listener_connected", becomes: 1) == 1)
             let session = try await harness.signUpAnonymous()
             let stream = try await harness.openStream(session, transport)
             _ = try await stream.nextMessageAsync(ofType: "hello")
