@@ -18,3 +18,19 @@ func connectToDatabase(_ url: String, applicationName: String) async throws -> P
         throw ConnectionFailure(description: "cannot connect to \(place): \(message.joined(separator: " "))")
     }
 }
+
+/// Connects for a command (``connectToDatabase(_:applicationName:)``), runs `body`, and
+/// closes the connection however `body` ends.
+func withDatabase<Value>(
+    _ url: String, applicationName: String, _ body: (PostgresClient) async throws -> Value
+) async throws -> Value {
+    let client = try await connectToDatabase(url, applicationName: applicationName)
+    do {
+        let value = try await body(client)
+        await client.close()
+        return value
+    } catch {
+        await client.close()
+        throw error
+    }
+}

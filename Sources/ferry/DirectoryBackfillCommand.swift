@@ -50,21 +50,10 @@ enum DirectoryBackfillCommand: Command {
         }
         let batch = try values.integer("batch", in: 1...10_000)!
         return try runBlocking {
-            let shard = try await connectToDatabase(shardURL, applicationName: "ferry-directory-backfill")
-            do {
-                let directory = try await connectToDatabase(directoryURL, applicationName: "ferry-directory-backfill")
-                do {
-                    let status = try await backfill(from: shard, into: directory, batch: batch)
-                    await directory.close()
-                    await shard.close()
-                    return status
-                } catch {
-                    await directory.close()
-                    throw error
+            try await withDatabase(shardURL, applicationName: "ferry-directory-backfill") { shard in
+                try await withDatabase(directoryURL, applicationName: "ferry-directory-backfill") { directory in
+                    try await backfill(from: shard, into: directory, batch: batch)
                 }
-            } catch {
-                await shard.close()
-                throw error
             }
         }
     }

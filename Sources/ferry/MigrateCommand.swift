@@ -182,15 +182,7 @@ enum MigrateCommand: Command {
 
     /// Connects, runs `body`, and closes the connection however `body` ends.
     static func withClient<Value>(_ url: String, _ body: (PostgresClient) async throws -> Value) async throws -> Value {
-        let client = try await connectToDatabase(url, applicationName: "ferry-migrate")
-        do {
-            let value = try await body(client)
-            await client.close()
-            return value
-        } catch {
-            await client.close()
-            throw error
-        }
+        try await withDatabase(url, applicationName: "ferry-migrate", body)
     }
 
     /// Applies what is pending, one line per file, and a summary when nothing was to do.
