@@ -83,7 +83,8 @@ grep -q "set_config('ferry.session_id', \$3, true)," Sources/FerryGateway/Querie
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
 grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the pull statement changed: update bench/sync.sh" >&2; exit 1; }
-grep -q 'from ferry.push_body($1, $2::integer) answer' Sources/FerryGateway/Queries/SyncQueries.swift ||
+grep -q 'from ferry.push_body($1, $2::integer) answer' Sources/FerryGateway/Queries/SyncQueries.swift &&
+    grep -q "current_setting('ferry.cues_queued', true) = 'on' as cues_queued" Sources/FerryGateway/Queries/SyncQueries.swift ||
     { echo "the push statement changed: update bench/sync.sh" >&2; exit 1; }
 
 # Setup: sign-ups through the API, rows seeded as the owner, cursors through the API.

@@ -9,12 +9,11 @@ struct Push: SingleRowQuery {
     // The body goes as text: a mutation PostgreSQL cannot store (a \u0000) fails its own
     // cast to jsonb there, not the whole statement's. The limit is checked before any
     // mutation is read, so an oversized batch costs no parse and writes nothing.
-    // `cues_queued` is read after the push ran (a function in FROM runs first): whether it
-    // queued cues for the gateway to send after the commit (ferry.queue_cue, cues.sql).
-    static let sql = """
-        select answer, pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as cues_queued
-        from ferry.push_body($1, $2::integer) answer
-        """
+    /// The column a push statement returns beside its answer: whether the push queued cues
+    /// for the gateway to send after the commit (ferry.queue_cue, cues.sql). Read after the
+    /// push ran, which is in the statement's FROM (a function there runs first).
+    static let cuesQueuedColumn = "pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as cues_queued"
+    static let sql = "select answer, \(cuesQueuedColumn) from ferry.push_body($1, $2::integer) answer"
     static let columns = ["answer", "cues_queued"]
 
     /// The request's body, as received (checked UTF-8).

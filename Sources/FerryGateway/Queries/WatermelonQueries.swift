@@ -59,11 +59,8 @@ enum WatermelonPullCursor {
 /// `ferry.watermelon_push`: the records of a push, applied or refused as a whole.
 struct WatermelonPush: SingleRowQuery {
     static let preparedName: String? = "ferry_watermelon_push"
-    // `cues_queued` as for ``Push``.
-    static let sql = """
-        select answer, pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as cues_queued
-        from ferry.watermelon_push($1::bigint, $2, $3::integer) answer
-        """
+    static let sql =
+        "select answer, \(Push.cuesQueuedColumn) from ferry.watermelon_push($1::bigint, $2, $3::integer) answer"
     static let columns = ["answer", "cues_queued"]
 
     var lastPulledAt: Int64
