@@ -27,12 +27,28 @@ import Testing
         let claims = claims()
         let token = accounts.tokens.sign(claims)
         #expect(accounts.verifiedTokens.lookup(Substring(token)) == nil)
-        #expect(try accounts.verifiedClaims(token: Substring(token)).get() == claims)
+        #expect(try accounts.verifiedToken(token: Substring(token)).get().claims == claims)
         #expect(accounts.verifiedTokens.lookup(Substring(token))?.claims == claims)
 
         let forged = AccessTokenSigner(secret: "someone else's secret").sign(claims)
-        #expect(throws: Accounts.TokenRefusal.self) { try accounts.verifiedClaims(token: Substring(forged)).get() }
+        #expect(throws: Accounts.TokenRefusal.self) { try accounts.verifiedToken(token: Substring(forged)).get() }
         #expect(accounts.verifiedTokens.lookup(Substring(forged)) == nil)
+    }
+
+    @Test func aStreamsTokenIsCheckedButNotRemembered() throws {
+        let accounts = try accounts()
+        let claims = claims()
+        let token = accounts.tokens.sign(claims)
+        #expect(try accounts.streamClaims(token: Substring(token)).get() == claims)
+        #expect(accounts.verifiedTokens.lookup(Substring(token)) == nil)
+        let forged = AccessTokenSigner(secret: "someone else's secret").sign(claims)
+        #expect(throws: Accounts.TokenRefusal.self) { try accounts.streamClaims(token: Substring(forged)).get() }
+
+        // One a request verified is found, and its times and revocation still count.
+        _ = accounts.verifiedToken(token: Substring(token))
+        #expect(try accounts.streamClaims(token: Substring(token)).get() == claims)
+        accounts.revoked.revoke(claims.sessionID, until: claims.expiresAt + 60)
+        #expect(accounts.streamClaims(token: Substring(token)).errorCode == "session_revoked")
     }
 
     @Test func aCachedTokenIsStillRefusedOnceExpiredOrRevoked() throws {
@@ -41,14 +57,14 @@ import Testing
         let expired = claims(expiresIn: -3600)
         let stale = "planted.expired.token"
         accounts.verifiedTokens.insert(Substring(stale), VerifiedToken(claims: expired))
-        #expect(accounts.verifiedClaims(token: Substring(stale)).errorCode == "token_expired")
+        #expect(accounts.verifiedToken(token: Substring(stale)).errorCode == "token_expired")
 
         let live = claims()
         let token = accounts.tokens.sign(live)
-        #expect(accounts.verifiedClaims(token: Substring(token)).errorCode == nil)
+        #expect(accounts.verifiedToken(token: Substring(token)).errorCode == nil)
         accounts.revoked.revoke(live.sessionID, until: live.expiresAt + 60)
         #expect(accounts.verifiedTokens.lookup(Substring(token)) != nil)
-        #expect(accounts.verifiedClaims(token: Substring(token)).errorCode == "session_revoked")
+        #expect(accounts.verifiedToken(token: Substring(token)).errorCode == "session_revoked")
     }
 
     @Test func bearerTokenParsing() {

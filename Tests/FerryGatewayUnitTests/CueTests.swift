@@ -49,16 +49,16 @@ import Testing
     }
 
     @Test func coalescingMergesTablesAndForgetsAnOriginThatDiffers() {
-        var pending = PendingCue(table: "a", origin: "phone", since: 5)
-        pending.merge(table: "b", origin: "phone")
-        pending.merge(table: "a", origin: "phone")
+        let first = PendingCue(table: "a", origin: "phone", since: 5)
+        var pending = first.merging(table: "b", origin: "phone")
+        #expect(pending.merging(table: "a", origin: "phone") === pending, "a merge that changes nothing shares the cue")
+        #expect(String(decoding: first.message, as: UTF8.self) == #"{"type":"cue","tables":["a"],"origin":"phone"}"#)
         #expect(
             String(decoding: pending.message, as: UTF8.self) == #"{"type":"cue","tables":["a","b"],"origin":"phone"}"#)
-        pending.merge(table: "c", origin: "tablet")
+        pending = pending.merging(table: "c", origin: "tablet")
         #expect(
             String(decoding: pending.message, as: UTF8.self) == #"{"type":"cue","tables":["a","b","c"],"origin":null}"#)
-        pending.merge(table: nil, origin: nil)
-        pending.merge(table: "d", origin: nil)
+        pending = pending.merging(table: nil, origin: nil).merging(table: "d", origin: nil)
         #expect(String(decoding: pending.message, as: UTF8.self) == #"{"type":"cue","tables":[],"origin":null}"#)
         #expect(pending.since == 5)
     }

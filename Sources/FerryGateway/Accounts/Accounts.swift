@@ -64,22 +64,22 @@ final class Accounts: Sendable {
         verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.identity)
     }
 
-    /// The verified claims of `request`'s access token (see ``authenticate(_:allowQueryToken:checkRevocation:)``).
-    func verifiedClaims(
-        _ request: HTTPRequest, allowQueryToken: Bool = false, checkRevocation: Bool = true
-    ) -> Result<AccessTokenClaims, APIError> {
-        verifiedToken(request, allowQueryToken: allowQueryToken, checkRevocation: checkRevocation).map(\.claims)
+    /// The verified claims of a stream's access token, from its `Authorization` header or
+    /// `?access_token=`, with revocation checked. A token is looked up in
+    /// ``verifiedTokens`` but not remembered there (see ``verifiedToken(token:checkRevocation:remember:)``).
+    func streamClaims(_ request: HTTPRequest) -> Result<AccessTokenClaims, APIError> {
+        verifiedToken(request, allowQueryToken: true, checkRevocation: true, remember: false).map(\.claims)
     }
 
-    /// The claims of an access token if its signature and times are good and its
-    /// session is not revoked (when `checkRevocation`); else why not (a stream's in-band
-    /// `auth` closes with its own code for each).
-    func verifiedClaims(token: Substring, checkRevocation: Bool = true) -> Result<AccessTokenClaims, TokenRefusal> {
-        verifiedToken(token: token, checkRevocation: checkRevocation).map(\.claims)
+    /// The claims of a stream's in-band `auth` token if its signature and times are good
+    /// and its session is not revoked; else why not (the stream closes with its own code
+    /// for each). Not remembered, as ``streamClaims(_:)``.
+    func streamClaims(token: Substring) -> Result<AccessTokenClaims, TokenRefusal> {
+        verifiedToken(token: token, checkRevocation: true, remember: false).map(\.claims)
     }
 
     private func verifiedToken(
-        _ request: HTTPRequest, allowQueryToken: Bool, checkRevocation: Bool
+        _ request: HTTPRequest, allowQueryToken: Bool, checkRevocation: Bool, remember: Bool = true
     ) -> Result<VerifiedToken, APIError> {
         var token: Substring?
         if let header = request.headers["Authorization"] {
@@ -95,19 +95,28 @@ final class Accounts: Sendable {
             }
         }
         guard let token else { return .failure(.unauthorized("an access token is required")) }
-        return verifiedToken(token: token, checkRevocation: checkRevocation).mapError(\.answer)
+        return verifiedToken(token: token, checkRevocation: checkRevocation, remember: remember).mapError(\.answer)
     }
 
     /// A token seen recently is found in ``verifiedTokens`` and only its times are
-    /// checked again; any other is verified in full and remembered if good.
-    private func verifiedToken(token: Substring, checkRevocation: Bool) -> Result<VerifiedToken, TokenRefusal> {
+    /// checked again; any other is verified in full and, when `remember`, kept if good.
+    ///
+    /// Streams do not remember theirs: a stream checks its token once, when it opens
+    /// (and once per in-band renewal), so a slot would serve it nothing while it is
+    /// open, and 50,000 streams opening would push out the tokens of the devices
+    /// sending requests. The cache's ~650 B a slot is also most of what an idle SSE
+    /// stream cost the process (bench/RESULTS.md, "Idle stream memory"). A device's
+    /// next request with the same token verifies it in full once and keeps it.
+    func verifiedToken(
+        token: Substring, checkRevocation: Bool = true, remember: Bool = true
+    ) -> Result<VerifiedToken, TokenRefusal> {
         let now = Int(Date().timeIntervalSince1970)
         let checked: Result<VerifiedToken, AccessTokenError>
         if let cached = verifiedTokens.lookup(token) {
             checked = tokens.checkTimes(of: cached.claims, now: now).map { .failure($0) } ?? .success(cached)
         } else {
             checked = tokens.verify(token, now: now).map(VerifiedToken.init(claims:))
-            if case .success(let verified) = checked { verifiedTokens.insert(token, verified) }
+            if remember, case .success(let verified) = checked { verifiedTokens.insert(token, verified) }
         }
         switch checked {
         case .failure(.expired):

@@ -19,7 +19,7 @@ extension Accounts {
     /// The gate of the stream routes: the token's claims, from the `Authorization` header
     /// or `?access_token=` (a browser's `EventSource` and `WebSocket` cannot set headers).
     var streamCallers: (HTTPRequest) -> Admission<AccessTokenClaims> {
-        { [self] request in Self.admission(verifiedClaims(request, allowQueryToken: true)) }
+        { [self] request in Self.admission(streamClaims(request)) }
     }
 
     /// The user of `request`'s anonymous session, for a route open to anyone that cares

@@ -63,7 +63,7 @@ final class CueHub {
             policy: policy, userID: claims.userID, sessionID: claims.sessionID,
             expiresAt: accounts.tokens.acceptedUntil(claims))
         let subscriber = StreamSubscriber(
-            hub: self, stream: stream, deviceID: claims.deviceID, lifecycle: lifecycle, liveCount: liveSubscribers)
+            hub: self, stream: stream, deviceID: claims.deviceID, lifecycle: lifecycle)
         // Each callback captures the subscriber alone, so Swift needs no closure context
         // for it (three fewer allocations per stream). The stream holds them until it
         // reports its close, which lets go of all three (`EventStream.reportClosed`).
@@ -120,11 +120,12 @@ final class CueHub {
     /// Marks the streams each cue concerns and sends what their sockets can take now.
     func deliver(_ cues: [Cue]) {
         for cue in cues {
+            let fresh = PendingCue(table: cue.table, origin: cue.origin, since: cue.receivedAt)
             switch cue.audience {
             case .user(let user):
-                streamsByUser[user]?.each { mark($0, table: cue.table, origin: cue.origin, at: cue.receivedAt) }
+                streamsByUser[user]?.each { mark($0, fresh) }
             case .everyone:
-                forEachStream { mark($0, table: cue.table, origin: cue.origin, at: cue.receivedAt) }
+                forEachStream { mark($0, fresh) }
             }
         }
         flush()
@@ -133,20 +134,21 @@ final class CueHub {
     /// Cues every stream with "anything may have changed": notifications sent while
     /// the listener was down are lost.
     func cueEveryStream() {
-        let now = MonotonicClock.now()
-        forEachStream { mark($0, table: nil, origin: nil, at: now) }
+        let fresh = PendingCue(table: nil, origin: nil, since: MonotonicClock.now())
+        forEachStream { mark($0, fresh) }
         flush()
     }
 
-    /// `table` nil: anything may have changed.
-    private func mark(_ subscriber: StreamSubscriber, table: String?, origin: String?, at receivedAt: UInt64) {
+    /// Gives `subscriber` the one-notification cue `fresh`, or merges it into the cue
+    /// it already owes.
+    private func mark(_ subscriber: StreamSubscriber, _ fresh: PendingCue) {
         guard subscriber.lifecycle.isOpen else { return }
-        if subscriber.pending == nil {
-            subscriber.pending = PendingCue(table: table, origin: origin, since: receivedAt)
-            dirty.append(subscriber)
-        } else {
-            subscriber.pending!.merge(table: table, origin: origin)
+        if let pending = subscriber.pending {
+            subscriber.pending = pending.merging(table: fresh.tables.first, origin: fresh.origin)
             metrics.cueCoalesced()
+        } else {
+            subscriber.pending = fresh
+            dirty.append(subscriber)
         }
     }
 

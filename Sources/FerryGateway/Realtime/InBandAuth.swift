@@ -30,7 +30,7 @@ enum InBandAuth {
         }
         guard isObject, type == "auth" else { return .ignored }
         guard let token else { return .close(.policyViolation("access_token missing")) }
-        switch accounts.verifiedClaims(token: Substring(token)) {
+        switch accounts.streamClaims(token: Substring(token)) {
         case .success(let claims) where claims.userID == userID && claims.deviceID == deviceID:
             return .renewed(claims)
         case .success:

@@ -90,7 +90,17 @@ protocol TimingWheelElement: AnyObject {
 }
 
 /// The place of an entry in a ``TimingWheel``: its slot and its index in the slot.
+/// Stored in 32 bits each (every idle stream holds one); a slot holds far fewer than
+/// 2³² entries, since each is an open stream.
 struct TimingWheelPosition: Equatable {
-    var slot: Int
-    var index: Int
+    private let storedSlot: UInt32
+    private let storedIndex: UInt32
+
+    var slot: Int { Int(storedSlot) }
+    var index: Int { Int(storedIndex) }
+
+    init(slot: Int, index: Int) {
+        storedSlot = UInt32(slot)
+        storedIndex = UInt32(index)
+    }
 }
