@@ -79,7 +79,12 @@ final class SharedPulls {
         _ completion: @escaping (SharedChangeCache.Decision) -> Void
     ) {
         loop.preconditionInEventLoop()
-        guard !isClosed else { return completion(.database) }
+        // A pull that what the loop knows already sends to PostgreSQL goes there without
+        // waiting for a barrier: PostgreSQL's answer is right whatever the barrier would
+        // show. Most pulls after a device's own change are these, its cue having come first.
+        guard !isClosed, cache.decide(cursor, user: user, limit: limit) != .database else {
+            return completion(.database)
+        }
         nextBarrier.append { [weak self] isCurrent in
             guard isCurrent, let self else { return completion(.database) }
             completion(self.cache.decide(cursor, user: user, limit: limit))
