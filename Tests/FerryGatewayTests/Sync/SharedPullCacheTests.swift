@@ -23,16 +23,18 @@ import Testing
             #expect(storm.hasMore == false && storm.lastMutationID == 0, "\(storm.response)")
             #expect(try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory) == before + 1)
 
-            // Nothing new: memory answers again, with no changes.
+            // Nothing new in shared tables: PostgreSQL answers (an own change no cue
+            // announced, as a lock's heartbeat, may be what the device pulls for).
             let quiet = try await server.pull(ana, cursor: storm.cursor)
             #expect(quiet.status == 200 && quiet.tables.isEmpty, "\(quiet.response)")
+            #expect(try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory) == before + 1)
 
             // The device's own change comes from PostgreSQL, with the shared row not again.
             try await pushGameRecord(server, ana, id: "g-1", mutation: 1)
             let own = try await server.pull(ana, cursor: quiet.cursor)
             #expect(own.tables == ["game_records"], "\(own.response)")
             #expect(own.lastMutationID == 1)
-            #expect(try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory) == before + 2)
+            #expect(try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory) == before + 1)
 
             // A tombstone of a shared row, from memory, then nothing from PostgreSQL.
             try await server.database.admin.execute("delete from public.daily_puzzles where day = '2026-12-01'")
@@ -110,6 +112,29 @@ import Testing
                 cursor = try #require(page.cursor)
             }
             #expect(try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory) == before + 20)
+        }
+    }
+
+    @Test func anOwnChangeNoCueAnnouncedComesWithThePullAfterASharedOne() async throws {
+        // A write under ferry.skip_cues (as a lock's heartbeat) cues nobody: memory, which
+        // answers only shared news, leaves it to the next pull, which PostgreSQL answers.
+        try await withAccountsGateway(examples: ["puzzle"]) { server in
+            let ana = try await server.signUpAnonymous()
+            let load = try await warmCursor(server, ana)
+            try await server.database.admin.execute(
+                """
+                begin;
+                select set_config('ferry.skip_cues', 'on', true);
+                insert into public.profiles (user_id, username) values ('\(ana.userID)', 'quiet');
+                commit;
+                """)
+            try await publishPuzzle(server, day: "2026-08-01")
+            let shared = try await server.pull(ana, cursor: load)
+            #expect(shared.tables == ["daily_puzzles"], "from memory: \(shared.response)")
+            #expect(shared.upserts("daily_puzzles").map { $0["day"] as? String } == ["2026-08-01"])
+            let next = try await server.pull(ana, cursor: shared.cursor)
+            #expect(next.upserts("profiles").map { $0["username"] as? String } == ["quiet"], "\(next.response)")
+            #expect(next.upserts("daily_puzzles").isEmpty, "\(next.response)")
         }
     }
 

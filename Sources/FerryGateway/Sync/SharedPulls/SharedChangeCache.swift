@@ -13,7 +13,9 @@ import Foundation
 /// seen everything that horizon had, the shared rows it has not seen are exactly the held
 /// rows it does not see. The device's own tables stay where the cursor had them (the new
 /// cursor's `since` is the old one): nothing of theirs is skipped, the next pull that
-/// PostgreSQL answers brings it. So that this never delays a device's own change, a pull
+/// PostgreSQL answers brings it. Only a pull with shared rows to get is answered here, so
+/// that a pull with none, which may be for an own change no cue announced (a lock's
+/// heartbeat), reaches PostgreSQL. So that this never delays a device's own change, a pull
 /// is answered here only when every change of the user's own rows the loop has heard of
 /// (``noteOwnChange(of:xid:)``, from the cues) is visible in the cursor, and only once
 /// every cue committed before the pull arrived has been heard (``SharedPulls``' barrier):
@@ -149,7 +151,10 @@ struct SharedChangeCache {
     // MARK: - Answering a pull
 
     /// Whether `user`'s pull with `cursor` and `limit` is answered from here, and how.
-    func decide(_ cursor: SettledPullCursor, user: UUID, limit: Int) -> Decision {
+    /// Unless `requiringSharedNews`, a pull with no shared rows to get is answered too
+    /// (with none): what ``SharedPulls`` asks before it waits for a barrier, after which
+    /// there may be some.
+    func decide(_ cursor: SettledPullCursor, user: UUID, limit: Int, requiringSharedNews: Bool = true) -> Decision {
         guard isOpen, let position, let contentHorizon, let ownHorizon, let history,
             cursor.history.isSameRun(as: history),
             cursor.since.sees(everythingOf: ownHorizon), cursor.sharedPosition.sees(everythingOf: contentHorizon),
@@ -168,10 +173,10 @@ struct SharedChangeCache {
             let ordered = unseen.sorted { ($0.value.stamp, $0.key) < ($1.value.stamp, $1.key) }
             changed.append((table, ordered.map { (key: $0.key, row: $0.value) }))
         }
-        guard !changed.isEmpty else {
-            // Nothing new: the cursor stays as it is.
-            return .answer(body: Self.body([], lastMutationID: cursor.lastMutationID), cursor: Array(cursor.raw.utf8))
-        }
+        // Memory answers only a pull that has shared news to get: one with none might be
+        // for a change of the user's own that no cue announced (a lock's heartbeat, a
+        // write under ferry.skip_cues), which PostgreSQL then brings.
+        guard !changed.isEmpty || !requiringSharedNews else { return .database }
         changed.sort { $0.table < $1.table }
         return .answer(
             body: Self.body(changed, lastMutationID: cursor.lastMutationID), cursor: cursor.movingShared(to: position))

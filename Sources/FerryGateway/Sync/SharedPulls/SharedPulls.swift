@@ -82,7 +82,8 @@ final class SharedPulls {
         // A pull that what the loop knows already sends to PostgreSQL goes there without
         // waiting for a barrier: PostgreSQL's answer is right whatever the barrier would
         // show. Most pulls after a device's own change are these, its cue having come first.
-        guard !isClosed, cache.decide(cursor, user: user, limit: limit) != .database else {
+        guard !isClosed, cache.decide(cursor, user: user, limit: limit, requiringSharedNews: false) != .database
+        else {
             return completion(.database)
         }
         nextBarrier.append { [weak self] isCurrent in
