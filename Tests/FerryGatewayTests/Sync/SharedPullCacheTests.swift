@@ -167,9 +167,15 @@ import Testing
         return try #require(warm.cursor)
     }
 
+    /// An operator's new puzzle, once the gateway heard its cue: a device pulls after the
+    /// cue its stream got, which the gateway heard first.
     private func publishPuzzle(_ server: AccountsGateway, day: String) async throws {
+        let heard = try await server.metric("ferry_cues_received_total")
         try await server.database.admin.execute(
             "insert into public.daily_puzzles (day, grid) values ('\(day)', '\(String(repeating: "7", count: 81))')")
+        _ = try await eventuallyHolds(seconds: 10) {
+            try await server.metric("ferry_cues_received_total") > heard
+        }
     }
 
     private func pushGameRecord(_ server: AccountsGateway, _ session: TestSession, id: String, mutation: Int)

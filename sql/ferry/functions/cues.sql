@@ -109,10 +109,14 @@ as $$
 declare
     v_sent integer;
 begin
-    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.queued_cues'));
-    v_sent := ferry.send_queued_cues();
+    -- Nothing queued, and nothing being sent (a send's deleted rows stay visible here
+    -- until it commits): nothing to wait for.
+    if exists (select from ferry.queued_cues) then
+        perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.queued_cues'));
+        v_sent := ferry.send_queued_cues();
+    end if;
     perform pg_catalog.pg_notify(p_channel, p_payload);
-    return v_sent;
+    return coalesce(v_sent, 0);
 end
 $$;
 

@@ -182,6 +182,12 @@ struct SharedChangeCache {
             body: Self.body(changed, lastMutationID: cursor.lastMutationID), cursor: cursor.movingShared(to: position))
     }
 
+    /// Whether a held row is one `cursor`'s shared snapshot has not seen.
+    func hasNews(for cursor: SettledPullCursor) -> Bool {
+        let shared = cursor.sharedPosition
+        return rows.values.contains { held in held.values.contains { !shared.isVisible($0.stamp) } }
+    }
+
     /// Whether the purge may have removed a tombstone `snapshot` has not seen
     /// (ferry.pull's check): PostgreSQL then answers `cursor_expired`.
     private func isPurged(after snapshot: PostgresSnapshot) -> Bool {
