@@ -2,8 +2,10 @@
 // (FERRY_STREAM_TOKEN_WARNING=3600): the stream is renewed mid-way, WebSocket in band
 // (the same socket), SSE by reopening, and no change made around the renewal is missed.
 import assert from 'node:assert/strict'
-import { test } from 'node:test'
-import { device, email, until } from './support.mjs'
+import { after, test } from 'node:test'
+import { closeAll, device, email, until } from './support.mjs'
+
+after(closeAll)
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -60,9 +60,23 @@ export function fileStorage(dir) {
   return new KeyValueStorage(new FileAsyncStorage(dir))
 }
 
-/** A client on a fresh in-memory store (a new device). */
+const opened = new Set()
+
+/** A client on a fresh in-memory store (a new device); `closeAll` closes it if the test did not. */
 export async function device(options = {}) {
-  return FerryClient.open({ url, storage: options.storage ?? new MemoryStorage(), stream: 'none', WebSocket, ...options })
+  const client = await FerryClient.open({ url, storage: options.storage ?? new MemoryStorage(), stream: 'none', WebSocket, ...options })
+  opened.add(client)
+  return client
+}
+
+/**
+ * Closes every client `device` opened: each test file's `after` hook, so a test that
+ * fails before its own `close()` calls leaves no stream reconnecting or timer pending,
+ * which would keep the file's process, and `node --test`, from ever exiting.
+ */
+export function closeAll() {
+  for (const client of opened) client.close()
+  opened.clear()
 }
 
 /** Waits until `predicate()` holds, polling; fails after `ms`. */
