@@ -4,9 +4,10 @@ import Testing
 
 /// The JavaScript client (`clients/js`), compiled with Debian's `tsc` and run with Node's
 /// own test runner (`node --test`) against an in-process gateway serving both example
-/// apps: the flows (accounts, drain, merge, rejections, 413, cursors, locks, streams,
-/// refresh), two devices converging after random edits of every strategy, and SIGKILL
-/// during enqueue and drain (`clients/js/test/`). The second test runs the stream renewal
+/// apps: the flows (accounts, with a password reset by a code mailed through a real SMTP
+/// server, drain, merge, rejections, 413, cursors, locks, streams, refresh), two devices
+/// converging after random edits of every strategy, and SIGKILL during enqueue and drain
+/// (`clients/js/test/`). The second test runs the stream renewal, WebSocket and SSE,
 /// against short tokens that are warned about at once.
 @Suite(.hangLimit, .tags(.database, .process), .tagSelection, .serialized) struct JSClientTests {
     static let folder = TestRepository.root + "/clients/js"
