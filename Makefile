@@ -6,7 +6,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help deps build deb db db-stop db-reset run test sql-test lint format schema docs bench clean
+.PHONY: help deps build deb db db-stop db-reset run web test sql-test lint format schema docs bench clean
 
 # The toolchain lives in /opt/swift on the project's machines; elsewhere it is on PATH.
 ifeq ($(shell command -v swift 2>/dev/null),)
@@ -27,7 +27,7 @@ TEST_TIMEOUT ?= 1200
 # processes); unbounded, all ~860 start together on two cores and the ones with a window
 # of seconds (a lock wait, a token's refresh) miss it behind the CPU-heavy ones.
 TEST_WIDTH ?= 16
-DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev libcurl4-openssl-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl python3-aiosmtpd dpkg-dev systemd curl openssl haproxy patroni etcd-server gettext-base pgbouncer node-typescript node-ws
+DEBIAN_PACKAGES := libuv1-dev libpq-dev libhttp-parser-dev libwslay-dev libsodium-dev libssl-dev libsqlite3-dev libcurl4-openssl-dev postgresql python3-httpx python3-websockets nodejs postgresql-15-plpgsql-check postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl python3-aiosmtpd dpkg-dev systemd curl openssl haproxy patroni etcd-server gettext-base pgbouncer node-typescript node-ws chromium chromium-driver python3-selenium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 18
@@ -76,6 +76,17 @@ db-reset: build ## stop the embedded PostgreSQL and delete its data
 run: deps build ## build ferry and ferry-demo, start PostgreSQL, migrate, serve the example app on 127.0.0.1:8080
 	swift build --product ferry-demo
 	$(FERRY) dev
+
+# The page on one origin (serve.py, WEB_PORT) and `ferry dev --example tasks` on another
+# (FERRY_LISTEN, 127.0.0.1:8080 by default), the page's origin allowed by CORS; Ctrl-C
+# stops both. docs/CLIENT-JS.md, "The web example".
+WEB_PORT ?= 8081
+web: deps build ## serve the tasks web example on http://127.0.0.1:8081/ with `ferry dev --example tasks` (Ctrl-C stops both)
+	tsc -p clients/js
+	@/usr/bin/env python3 clients/js/examples/tasks-web/serve.py --port $(WEB_PORT) & server=$$!; \
+	trap 'kill $$server 2>/dev/null || true' EXIT; \
+	FERRY_CORS_ORIGINS="$${FERRY_CORS_ORIGINS:-http://127.0.0.1:$(WEB_PORT),http://localhost:$(WEB_PORT)}" \
+	  $(FERRY) dev --example tasks
 
 lint: ## swift-format lint, failing on any finding
 	swift format lint --strict --recursive Sources Tests

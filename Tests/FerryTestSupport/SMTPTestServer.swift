@@ -10,6 +10,9 @@ public final class SMTPTestServer: Sendable {
     public let url: String
     /// The port it listens on.
     public let port: Int
+    /// The Maildir the mails go to (each a file under `new/`), for a client in another
+    /// process (the Node tests) to read codes from.
+    public var maildir: String { folder + "/maildir" }
     private let folder: String
     private let process: ChildProcess
 

@@ -993,6 +993,7 @@ export class FerryClient {
     }
     const end = (why: string | number) => {
       if (ended) return
+      this.options.log?.(`ferry: ${kind} stream ended (${why})`)
       handle.close()
       if (this.renewStream === renew) this.renewStream = null
       if (this.stream === handle) this.stream = null
@@ -1011,6 +1012,7 @@ export class FerryClient {
       } catch {
         return
       }
+      this.options.log?.(`ferry: ${kind} stream: ${message.type}`)
       if (message.type === 'hello') {
         heartbeat = message.heartbeat_ms ?? heartbeat
         this.streamAttempts = 0
@@ -1033,6 +1035,7 @@ export class FerryClient {
     }
     this.stream = handle
     this.streamsOpened += 1
+    this.options.log?.(`ferry: opening a ${kind} stream`)
     const token = this.session.access_token
     let streamToken = token
     let warned = false

@@ -1,8 +1,10 @@
 // Two devices of one user making random concurrent edits of every strategy, offline and
 // online, converge on the server's rows.
 import assert from 'node:assert/strict'
-import { test } from 'node:test'
-import { device, email } from './support.mjs'
+import { after, test } from 'node:test'
+import { closeAll, device, email } from './support.mjs'
+
+after(closeAll)
 
 function random(seed) {
   let state = seed >>> 0

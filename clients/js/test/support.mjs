@@ -1,6 +1,6 @@
 // Shared by the tests: the gateway's URL (FERRY_URL, set by the Swift test that starts
 // `ferry serve` on a fresh database), a file-backed AsyncStorage for Node, Debian's ws.
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { FerryClient, KeyValueStorage, MemoryStorage } from '../dist/index.js'
@@ -60,9 +60,23 @@ export function fileStorage(dir) {
   return new KeyValueStorage(new FileAsyncStorage(dir))
 }
 
-/** A client on a fresh in-memory store (a new device). */
+const opened = new Set()
+
+/** A client on a fresh in-memory store (a new device); `closeAll` closes it if the test did not. */
 export async function device(options = {}) {
-  return FerryClient.open({ url, storage: options.storage ?? new MemoryStorage(), stream: 'none', WebSocket, ...options })
+  const client = await FerryClient.open({ url, storage: options.storage ?? new MemoryStorage(), stream: 'none', WebSocket, ...options })
+  opened.add(client)
+  return client
+}
+
+/**
+ * Closes every client `device` opened: each test file's `after` hook, so a test that
+ * fails before its own `close()` calls leaves no stream reconnecting or timer pending,
+ * which would keep the file's process, and `node --test`, from ever exiting.
+ */
+export function closeAll() {
+  for (const client of opened) client.close()
+  opened.clear()
 }
 
 /** Waits until `predicate()` holds, polling; fails after `ms`. */
@@ -101,4 +115,45 @@ export async function serverRows(client, table) {
     if (!answer.has_more) break
   }
   return rows
+}
+
+/**
+ * The mails to `recipient` the gateway's SMTP relay received, oldest first: the Maildir
+ * JSClientTests' aiosmtpd writes (FERRY_JS_MAILDIR), one file per mail under `new/`.
+ */
+export async function mailsTo(recipient) {
+  const maildir = process.env.FERRY_JS_MAILDIR
+  if (!maildir) throw new Error('FERRY_JS_MAILDIR is not set: JSClientTests starts the gateway with an SMTP relay')
+  let names = []
+  try {
+    names = await readdir(join(maildir, 'new'))
+  } catch (error) {
+    if (error.code !== 'ENOENT') throw error
+  }
+  const mails = []
+  for (const name of names) {
+    const file = join(maildir, 'new', name)
+    const text = (await readFile(file, 'utf8')).replace(/\r\n/g, '\n')
+    const split = text.indexOf('\n\n')
+    const head = split < 0 ? text : text.slice(0, split)
+    const to = head.split('\n').find((line) => /^to:/i.test(line)) ?? ''
+    if (to.toLowerCase().includes(recipient.toLowerCase())) {
+      mails.push({ time: (await stat(file)).mtimeMs, name, body: split < 0 ? '' : text.slice(split + 2) })
+    }
+  }
+  return mails.sort((a, b) => a.time - b.time || a.name.localeCompare(b.name))
+}
+
+/**
+ * Waits (at most `ms`) for the `count`th mail to `recipient` and returns its one-time
+ * code: as the Swift tests read it, the last word of 6 to 8 capitals and digits on a line.
+ */
+export async function mailedCode(recipient, count, ms = 30000) {
+  let mails = []
+  await until(async () => (mails = await mailsTo(recipient)).length >= count, ms, `mail ${count} to ${recipient}`)
+  for (const line of mails[count - 1].body.split('\n')) {
+    const words = line.split(/[ :]/).filter((word) => /^[A-Z0-9]{6,8}$/.test(word))
+    if (words.length > 0) return words[words.length - 1]
+  }
+  throw new Error(`no code in the mail to ${recipient}: ${mails[count - 1].body}`)
 }
