@@ -89,7 +89,7 @@ ferry_pid=${gateway_pids[0]}
 # (Queries/SyncQueries.swift), as the gateway sends them.
 identity_sql="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', :sid, true), pg_catalog.set_config('statement_timeout', '10000', true), pg_catalog.set_config('TimeZone', 'UTC', true);"
 grep -q "set_config('ferry.session_id', \$3, true)," Sources/FerryGateway/Queries/IdentityStatement.swift &&
-    grep -q "set_config('statement_timeout', \\(timeout), true)" Sources/FerryGateway/Queries/TransactionSettings.swift &&
+    grep -qF "set_config('statement_timeout', \\(timeout), true)" Sources/FerryGateway/Queries/TransactionSettings.swift &&
     grep -q "set_config('TimeZone', 'UTC', true)" Sources/FerryGateway/Queries/TransactionSettings.swift ||
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
 grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Queries/SyncQueries.swift ||
