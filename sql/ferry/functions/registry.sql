@@ -525,7 +525,7 @@ comment on function ferry.install_pull_reader(regclass) is
 -- names of those with something new, and of every shared table (which it does not
 -- probe: pull may read them after another snapshot than the per-user tables' since),
 -- so that pull calls the dispatcher for those only. A caller that may not read every
--- synced table gets null (pull then calls the dispatcher for every table, as before).
+-- per-user table gets null (pull then calls the dispatcher for every table, as before).
 create or replace function ferry.install_pull_rows() returns void
 language plpgsql set search_path = ''
 as $install$
