@@ -19,15 +19,24 @@
 #          each wrk thread owning its devices -> requests/s and mutations/s.
 #          pgbench: the identity statement and the gateway's push statement in one
 #          pipeline, each client on its own device -> tx/s x BATCH mutations/s.
+#   floors (issue 19 §4), pgbench, the same identity statement first in one pipeline:
+#          pull floor: ONE statement reading the user's CHANGES changed rows by the
+#          (user_id, _stamp) index as JSON (jsonb_agg of to_jsonb less Ferry's columns);
+#          push floor: ONE `insert … select … on conflict do update` of the batch's rows
+#          (read from the same batch text) into the same table, cues skipped -> rows/s.
 #
 # Prints the figures, the ratios Ferry/pgbench (goal >= MIN_RATIO, 0.7) and
-# pipeline/one-statement for the pull's SQL (goal >= MIN_STATEMENT_RATIO, 0.9), with
-# PASS/FAIL. Median of RUNS runs, the runs interleaved (Ferry pull, pgbench pull,
-# pgbench one-statement pull, Ferry push, pgbench push) so drift hits all alike.
+# pipeline/one-statement for the pull's SQL (goal >= MIN_STATEMENT_RATIO, 0.9), and the
+# floors': Ferry push mutations/s / floor rows/s (goal >= MIN_FLOOR_PUSH, 0.5), a pull's
+# cost / the pull floor's, as time per operation and as PostgreSQL CPU per operation
+# (goal <= MAX_FLOOR_PULL, 2), with PASS/FAIL. Median of RUNS runs, the runs interleaved
+# (Ferry pull, pgbench pull, pull floor, pgbench one-statement pull, Ferry push, pgbench
+# push, push floor) so drift hits all alike.
 #
 # Usage: bench/sync.sh   (env: RUNS=3 DURATION=10s CONNECTIONS=64 THREADS=2 LOOPS=2
 #        POOL_SIZE=8 PGBENCH_CLIENTS=LOOPS*POOL_SIZE PGBENCH_THREADS=2 PULL_USERS=100
-#        PUSH_DEVICES=256 ROWS=300 CHANGES=10 BATCH=50 PULL_LIMIT=1000)
+#        PUSH_DEVICES=256 ROWS=300 CHANGES=10 BATCH=50 PULL_LIMIT=1000
+#        MIN_FLOOR_PUSH=0.5 MAX_FLOOR_PULL=2)
 # Ferry is the release `ferry serve` (access log on, to /dev/null) logged in as
 # ferry_gateway; pgbench logs in as ferry_gateway too, -M prepared, as many clients as
 # the gateway has database connections. The embedded database (`make db`; the port
@@ -57,6 +66,8 @@ BATCH=${BATCH:-50}
 PULL_LIMIT=${PULL_LIMIT:-1000}
 MIN_RATIO=${MIN_RATIO:-0.7}
 MIN_STATEMENT_RATIO=${MIN_STATEMENT_RATIO:-0.9}
+MIN_FLOOR_PUSH=${MIN_FLOOR_PUSH:-0.5}
+MAX_FLOOR_PULL=${MAX_FLOOR_PULL:-2}
 [ "$PULL_USERS" -le 120 ] || { echo "PULL_USERS must be at most 120 (pgbench scripts)" >&2; exit 1; }
 [ "$BATCH" -le 99 ] || { echo "BATCH must be at most 99 (two-digit id suffix)" >&2; exit 1; }
 
@@ -78,7 +89,7 @@ ferry_pid=${gateway_pids[0]}
 # (Queries/SyncQueries.swift), as the gateway sends them.
 identity_sql="select pg_catalog.set_config('role', 'ferry_client', true), pg_catalog.set_config('ferry.user_id', :uid, true), pg_catalog.set_config('ferry.device_id', :did, true), pg_catalog.set_config('ferry.session_id', :sid, true), pg_catalog.set_config('statement_timeout', '10000', true), pg_catalog.set_config('TimeZone', 'UTC', true);"
 grep -q "set_config('ferry.session_id', \$3, true)," Sources/FerryGateway/Queries/IdentityStatement.swift &&
-    grep -q "set_config('statement_timeout', \\(timeout), true)" Sources/FerryGateway/Queries/TransactionSettings.swift &&
+    grep -qF "set_config('statement_timeout', \\(timeout), true)" Sources/FerryGateway/Queries/TransactionSettings.swift &&
     grep -q "set_config('TimeZone', 'UTC', true)" Sources/FerryGateway/Queries/TransactionSettings.swift ||
     { echo "Identity.statementSQL changed: update bench/sync.sh" >&2; exit 1; }
 grep -q "from ferry.pull(\$1, \$2::integer) answer" Sources/FerryGateway/Queries/SyncQueries.swift ||
@@ -94,6 +105,7 @@ grep -q 'from ferry.push_body($1, $2::integer) answer' Sources/FerryGateway/Quer
 PULL_USERS=$PULL_USERS PUSH_DEVICES=$PUSH_DEVICES PGBENCH_CLIENTS=$PGBENCH_CLIENTS ROWS=$ROWS CHANGES=$CHANGES \
     PULL_LIMIT=$PULL_LIMIT set_up_with_python <<'PY'
 import base64
+import json
 from concurrent.futures import ThreadPoolExecutor
 from lib import *
 
@@ -149,6 +161,16 @@ with open(f"{tmp}/pull.tsv", "w") as tsv:
             f.write("\\startpipeline\n" + ident + ";\n"
                     f"select answer ->> 'cursor', (answer - 'cursor')::text from ferry.pull({lit(u['raw'])}, {limit}::integer) answer;\n"
                     "\\endpipeline\n")
+        # The pull's floor: one statement reading the same changed rows of the table by its
+        # (user_id, _stamp) index as JSON (pull's row form), after the same identity.
+        since = json.loads(u["raw"])["since"]
+        with open(f"{tmp}/floor_pull_{i}.sql", "w") as f:
+            f.write("\\startpipeline\n" + ident + ";\n"
+                    "select pg_catalog.jsonb_agg(pg_catalog.to_jsonb(t) - '{_stamp,_deleted,_lock_device,_lock_heartbeat_at}'::text[] "
+                    "order by t._stamp, t.day)::text from public.daily_challenges t "
+                    f"where t.user_id = {lit(u['uid'])} and t._stamp >= pg_catalog.pg_snapshot_xmin({lit(since)}) "
+                    f"and not pg_catalog.pg_visible_in_snapshot(t._stamp, {lit(since)});\n"
+                    "\\endpipeline\n")
         with open(f"{tmp}/one_{i}.sql", "w") as f:
             f.write(f"select answer ->> 'cursor', (answer - 'cursor')::text from ({ident} offset 0) identity(r, u, d, s) "
                     f"cross join lateral ferry.pull(case when identity.s is not null then {lit(u['raw'])} end, {limit}::integer) answer;\n")
@@ -179,6 +201,22 @@ select answer, pg_catalog.current_setting('ferry.cues_queued', true) = 'on' as c
 \\endpipeline
 SQL
 pg_template=${template//@/%1\$s}
+
+# The push's floor: the same rows (read from the same batch text) written by ONE set-based
+# statement, `insert … select … on conflict do update`, after the same identity (as
+# ferry_client, under RLS, the table's triggers firing). Its statement triggers' cues are
+# skipped (ferry.skip_cues, set in the identity statement): a floor, not a push.
+cat > "$tmp/floor_push.sql" <<SQL
+\\if :have = 0
+select uid, did, sid, 1 as have from bench_sync.push_devices where n = :client_id
+\\gset
+\\endif
+\\set seq :seq + 1
+\\startpipeline
+${identity_sql%;}, pg_catalog.set_config('ferry.skip_cues', 'daily_challenges', true);
+insert into public.daily_challenges as t (user_id, day, seconds) select (select ferry.uid()), (m -> 'row' ->> 'day')::date, (m -> 'row' ->> 'seconds')::integer from pg_catalog.jsonb_array_elements(pg_catalog.format(:template, :seq::bigint)::jsonb -> 'mutations') m on conflict (user_id, day) do update set seconds = excluded.seconds, _deleted = false;
+\\endpipeline
+SQL
 
 # The batch as both sides send it is applied whole: one push through the API, one
 # pgbench transaction (then their devices' numbers restart above these).
@@ -234,8 +272,10 @@ listed() { local -n runs=$2; printf '%s\n' "${runs[@]}" | awk -v c="$1" '{ print
 
 pull_scripts=()
 one_scripts=()
+floor_scripts=()
 for i in $(seq 0 $((PULL_USERS - 1))); do
     pull_scripts+=(-f "$tmp/pull_$i.sql")
+    floor_scripts+=(-f "$tmp/floor_pull_$i.sql")
     one_scripts+=(-f "$tmp/one_$i.sql")
 done
 
@@ -244,20 +284,25 @@ pg_pull_runs=()
 one_pull_runs=()
 ferry_push_runs=()
 pg_push_runs=()
+floor_pull_runs=()
+floor_push_runs=()
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for run in $(seq "$RUNS"); do
     ferry_pull_runs+=("$(measure wrk -s bench/pull.lua "$base" -- "$tmp/pull.tsv" "$PULL_LIMIT")")
     pg_pull_runs+=("$(measure pgbench "${pull_scripts[@]}")")
+    floor_pull_runs+=("$(measure pgbench "${floor_scripts[@]}")")
     one_pull_runs+=("$(measure pgbench "${one_scripts[@]}")")
     # Mutation-id numbers: runs apart by far more than a run's requests.
     ferry_push_runs+=("$(measure wrk -s bench/push.lua "$base" -- "$tmp/push.tsv" "$THREADS" \
         "$tmp/push_template.json" $((run * 100000000)))")
     pg_push_runs+=("$(measure pgbench -f "$tmp/push.sql" -D have=0 -D seq=$((run * 100000000)) \
         -D "template=$pg_template")")
+    floor_push_runs+=("$(measure pgbench -f "$tmp/floor_push.sql" -D have=0 -D seq=$((run * 100000000 + 50000000)) \
+        -D "template=$pg_template")")
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-for name in ferry_pull pg_pull one_pull ferry_push pg_push; do
+for name in ferry_pull pg_pull floor_pull one_pull ferry_push pg_push floor_push; do
     echo "runs $name: rate $(listed 1 ${name}_runs); PostgreSQL µs/op $(listed 2 ${name}_runs); gateway µs/op $(listed 3 ${name}_runs)" >&2
 done
 ferry_pull=$(column 1 ferry_pull_runs)
@@ -265,6 +310,8 @@ pg_pull=$(column 1 pg_pull_runs)
 one_pull=$(column 1 one_pull_runs)
 ferry_push=$(column 1 ferry_push_runs)
 pg_push=$(column 1 pg_push_runs)
+floor_pull=$(column 1 floor_pull_runs)
+floor_push=$(column 1 floor_push_runs)
 
 verdict() { [ "$(echo "$1 >= $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
 pull_ratio=$(echo "$ferry_pull / $pg_pull" | bc -l)
@@ -275,11 +322,32 @@ printf '%-46s %15s %11s %11s\n' "" "median rate" "PostgreSQL" "gateway"
 row "Ferry GET /v1/pull ($CHANGES changed rows)" "$ferry_pull" "req/s" ferry_pull_runs
 row "pgbench pull: identity + pull, one pipeline" "$pg_pull" "tx/s" pg_pull_runs
 row "pgbench pull: one statement" "$one_pull" "tx/s" one_pull_runs
+row "pgbench pull floor: one indexed read as JSON" "$floor_pull" "tx/s" floor_pull_runs
 row "Ferry POST /v1/push ($BATCH upserts)" "$ferry_push" "req/s" ferry_push_runs
 row "pgbench push: identity + push, one pipeline" "$pg_push" "tx/s" pg_push_runs
-printf '%-46s %8.0f mutations/s Ferry, %.0f pgbench\n' "push mutations/s" \
-    "$(echo "$ferry_push * $BATCH" | bc -l)" "$(echo "$pg_push * $BATCH" | bc -l)"
+row "pgbench push floor: one set-based upsert" "$floor_push" "tx/s" floor_push_runs
+printf '%-46s %8.0f mutations/s Ferry, %.0f pgbench; floor %.0f rows/s\n' "push mutations/s" \
+    "$(echo "$ferry_push * $BATCH" | bc -l)" "$(echo "$pg_push * $BATCH" | bc -l)" "$(echo "$floor_push * $BATCH" | bc -l)"
 printf '%-46s %8.3f  %s (goal %s)\n' "pull: Ferry / pgbench" "$pull_ratio" "$(verdict "$pull_ratio" "$MIN_RATIO")" "$MIN_RATIO"
 printf '%-46s %8.3f  %s (goal %s)\n' "push: Ferry / pgbench" "$push_ratio" "$(verdict "$push_ratio" "$MIN_RATIO")" "$MIN_RATIO"
 printf '%-46s %8.3f  %s (goal %s)\n' "pull SQL: pipeline / one statement" "$statement_ratio" \
     "$(verdict "$statement_ratio" "$MIN_STATEMENT_RATIO")" "$MIN_STATEMENT_RATIO"
+# The SQL floors (issue 19 §4). Push: mutations/s through Ferry ÷ rows/s of the set-based
+# upsert of the same rows (goal at least MIN_FLOOR_PUSH, 0.5). Pull: its cost over the
+# floor's, as time per operation at the same concurrency (the floor's rate ÷ the pull's;
+# pgbench both, the same identity, one pipeline each) and as PostgreSQL CPU per operation
+# (goal at most MAX_FLOOR_PULL, 2, on both).
+at_most() { [ "$(echo "$1 <= $2" | bc -l)" -eq 1 ] && echo PASS || echo FAIL; }
+floor_push_ratio=$(echo "$ferry_push / $floor_push" | bc -l)
+floor_pg_push_ratio=$(echo "$pg_push / $floor_push" | bc -l)
+floor_pull_time=$(echo "$floor_pull / $pg_pull" | bc -l)
+floor_pull_cpu=$(echo "$(column 2 pg_pull_runs) / $(column 2 floor_pull_runs)" | bc -l)
+floor_ferry_pull_cpu=$(echo "$(column 2 ferry_pull_runs) / $(column 2 floor_pull_runs)" | bc -l)
+printf '%-46s %8.3f  %s (goal at least %s)\n' "push floor: Ferry mutations/s / floor rows/s" "$floor_push_ratio" \
+    "$(verdict "$floor_push_ratio" "$MIN_FLOOR_PUSH")" "$MIN_FLOOR_PUSH"
+printf '%-46s %8.3f\n' "push floor: pgbench mutations/s / floor rows/s" "$floor_pg_push_ratio"
+printf '%-46s %8.3f  %s (goal at most %s)\n' "pull floor: time per pull / floor's (pgbench)" "$floor_pull_time" \
+    "$(at_most "$floor_pull_time" "$MAX_FLOOR_PULL")" "$MAX_FLOOR_PULL"
+printf '%-46s %8.3f  %s (goal at most %s)\n' "pull floor: PostgreSQL CPU per pull / floor's" "$floor_pull_cpu" \
+    "$(at_most "$floor_pull_cpu" "$MAX_FLOOR_PULL")" "$MAX_FLOOR_PULL"
+printf '%-46s %8.3f\n' "pull floor: same, Ferry's pull / floor's" "$floor_ferry_pull_cpu"

@@ -13,11 +13,13 @@ CREATE SCHEMA ferry;
 --
 
 CREATE FUNCTION ferry.advance_device(p_last bigint) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO ''
     AS $$
+begin
     update ferry.devices d set last_mutation_id = greatest(d.last_mutation_id, p_last)
         where d.user_id = ferry.uid() and d.device_id = ferry.device_id();
+end
 $$;
 
 
@@ -950,12 +952,22 @@ begin
     select pg_catalog.string_agg(pg_catalog.format(
             $branch$
             %s p_name = %L then
+                if p_since is not null and not exists (
+                    select from %s t
+                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))
+                then
+                    fetched := 0;
+                    return;
+                end if;
                 select * into fetched, upserts, deletes, reached
                     from %s(p_table, p_limit, p_from, p_until, p_since, p_after_key, p_after_stamp);$branch$,
-            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.pull_reader), '' order by b.position)
+            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.table_name, b.pull_reader), ''
+            order by b.position)
         into v_branches
         from (
-            select c.relname, s.pull_reader, pg_catalog.row_number() over (order by c.relname) as position
+            select c.relname, s.table_name, s.pull_reader, pg_catalog.row_number() over (order by c.relname) as position
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
         ) b;
@@ -971,7 +983,8 @@ begin
         pg_catalog.format(
             $body$
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
-        -- rebuilds it.
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
         begin%s
         end
         $body$,
@@ -982,6 +995,44 @@ begin
         ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) from public;
     grant execute on function
         ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) to ferry_client;
+
+    -- ferry.pull_candidates: the same probe for every per-user table in ONE statement.
+    select pg_catalog.string_agg(case when b.owner_column is null then pg_catalog.format('select %L::name', b.relname)
+            else pg_catalog.format(
+                $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))$probe$,
+                b.relname, b.table_name) end,
+            E'\n                union all ' order by b.relname)
+        into v_branches
+        from (
+            select c.relname, s.table_name, s.owner_column
+            from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
+            where s.pull_reader is not null
+        ) b;
+    execute pg_catalog.format(
+        $function$
+        create or replace function ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot)
+        returns name[]
+        language plpgsql stable
+        as %L
+        $function$,
+        pg_catalog.format(
+            $body$
+        -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        begin
+            return array(%s);
+        exception when insufficient_privilege then
+            return null;
+        end
+        $body$,
+            coalesce(v_branches, 'select null::name where false')));
+    revoke all on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) from public;
+    grant execute on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) to ferry_client;
 end
 $_$;
 
@@ -990,7 +1041,7 @@ $_$;
 -- Name: FUNCTION install_pull_rows(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the dispatcher ferry.pull calls: one branch per synced table calling its pull reader with static SQL. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the dispatcher ferry.pull calls: one branch per synced table calling its pull reader with static SQL (after a probe for anything new since the cursor), and ferry.pull_candidates, the probe of every per-user table in one statement. Called by ferry.register_table.';
 
 
 --
@@ -1080,6 +1131,7 @@ CREATE FUNCTION ferry.install_upserts() RETURNS void
     AS $_$
 declare
     v_branches text;
+    v_set_branches text;
 begin
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.install_upserts'));
     select pg_catalog.string_agg(pg_catalog.format(
@@ -1092,12 +1144,27 @@ begin
                     %s_deleted = false;
                 return true;$branch$,
             case when u.position = 1 then 'if' else 'elsif' end, u.name, u.shape, u.rel, u.columns, u.values_list,
-            u.rel, u.key_list, coalesce(u.sets || E',\n                    ', '')), '' order by u.position)
-        into v_branches
+            u.rel, u.key_list, coalesce(u.sets || E',\n                    ', '')), '' order by u.position),
+        pg_catalog.string_agg(pg_catalog.format(
+            $branch$
+            %s p_name = %L and p_shape = %L then
+                v_given := array[%s];
+                insert into %s as t (%s)
+                select %s
+                from pg_catalog.jsonb_array_elements(p_rows) with ordinality r(value, n)
+                cross join lateral pg_catalog.jsonb_populate_record(null::%s, r.value) p
+                order by r.n
+                on conflict (%s) do update set
+                    %s_deleted = false;
+                return true;$branch$,
+            case when u.position = 1 then 'if' else 'elsif' end, u.name, u.shape, u.given, u.rel, u.columns,
+            u.values_given, u.rel, u.key_list, coalesce(u.sets_given || E',\n                    ', '')), ''
+            order by u.position)
+        into v_branches, v_set_branches
         from (
             select c.relname as name, s.table_name as rel, ferry.upsert_shape(s.table_name) as shape,
                 pg_catalog.row_number() over (order by c.relname) as position, w.columns, w.values_list, w.sets,
-                ferry.primary_key_list(s.table_name) as key_list
+                w.given, w.values_given, w.sets_given, ferry.primary_key_list(s.table_name) as key_list
             from ferry.synced_tables s
             join pg_catalog.pg_class c on c.oid = s.table_name
             cross join lateral (
@@ -1108,8 +1175,25 @@ begin
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
-                        as sets
-                from pg_catalog.pg_attribute a
+                        as sets,
+                    -- upsert_rows: whether the run gives each column, in v_given[n], the
+                    -- column's place among the writable ones, read once per run.
+                    pg_catalog.string_agg(pg_catalog.format('%L = any (p_given)', a.attname), ', ' order by a.attnum)
+                        as given,
+                    pg_catalog.string_agg(pg_catalog.format('case when v_given[%s] then p.%I else %s end',
+                        a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
+                        E',\n                    ' order by a.attnum) as values_given,
+                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when v_given[%2$s] or t._deleted then excluded.%1$I else t.%1$I end',
+                        a.attname, a.n), E',\n                    ' order by a.attnum) filter (where not exists (
+                            select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
+                        as sets_given
+                from (
+                    select a.attrelid, a.attnum, a.attname, a.attisdropped, a.attgenerated,
+                        pg_catalog.row_number() over (order by a.attnum) as n
+                    from pg_catalog.pg_attribute a
+                    where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+                        and a.attname <> all (ferry.unwritable_columns())
+                ) a
                 left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
                 where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                     and a.attname <> all (ferry.unwritable_columns())
@@ -1134,6 +1218,26 @@ begin
             case when v_branches is null then '' else v_branches || E'\n            end if;' end));
     revoke all on function ferry.upsert_row(text, text, jsonb) from public;
     grant execute on function ferry.upsert_row(text, text, jsonb) to ferry_client;
+    execute pg_catalog.format(
+        $function$
+        create or replace function ferry.upsert_rows(p_name text, p_shape text, p_given text[], p_rows jsonb) returns boolean
+        language plpgsql
+        as %L
+        $function$,
+        pg_catalog.format(
+            $body$
+        -- Built by ferry.install_upserts from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_given boolean[];
+        begin%s
+            return false;
+        end
+        $body$,
+            case when v_set_branches is null then '' else v_set_branches || E'\n            end if;' end));
+    revoke all on function ferry.upsert_rows(text, text, text[], jsonb) from public;
+    grant execute on function ferry.upsert_rows(text, text, text[], jsonb) to ferry_client;
 end
 $_$;
 
@@ -1142,7 +1246,7 @@ $_$;
 -- Name: FUNCTION install_upserts(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_upserts() IS 'Builds ferry.upsert_row, the static lww upserts push tries first: one branch per lww table, for the shape it was written for. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_upserts() IS 'Builds ferry.upsert_row, the static lww upserts push tries first (one branch per lww table, for the shape it was written for), and ferry.upsert_rows, the same upsert of many rows in one statement (push''s set-based path). Called by ferry.register_table.';
 
 
 --
@@ -1650,6 +1754,7 @@ $$;
 
 CREATE FUNCTION ferry.pull(p_cursor text, p_limit integer) RETURNS jsonb
     LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 declare
     v_cursor jsonb;
@@ -1670,6 +1775,7 @@ declare
     v_deletes jsonb;
     v_reached jsonb;
     v_here jsonb := ferry.history_here();
+    v_candidates name[];
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -1721,6 +1827,11 @@ begin
         v_last := coalesce(v_last, 0);
     end if;
 
+    -- After a cursor, only the tables that may have something new for the caller
+    -- (ferry.pull_candidates, registry.sql: one statement of index probes; null: all).
+    if v_since is not null then
+        v_candidates := ferry.pull_candidates(pg_catalog.pg_snapshot_xmin(v_since), v_until, v_since);
+    end if;
     for v_table in
         select c.relname as name, s.table_name as rel,
             case when s.strategy = 'shared' then coalesce(v_shared_since, v_since) else v_since end as since
@@ -1728,6 +1839,7 @@ begin
         join pg_catalog.pg_class c on c.oid = s.table_name
         where pg_catalog.has_table_privilege(s.table_name, 'select')
             and (v_after_table is null or c.relname >= v_after_table)
+            and (v_candidates is null or c.relname = any (v_candidates))
         order by c.relname
     loop
         -- remaining + 1 rows: one more than fits says has_more (with 0 left, whether any remain).
@@ -1772,6 +1884,24 @@ COMMENT ON FUNCTION ferry.pull(p_cursor text, p_limit integer) IS 'GET /v1/pull 
 
 
 --
+-- Name: pull_candidates(xid8, pg_snapshot, pg_snapshot); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot) RETURNS name[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+        -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        begin
+            return array(select null::name where false);
+        exception when insufficient_privilege then
+            return null;
+        end
+        $$;
+
+
+--
 -- Name: pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -1779,7 +1909,8 @@ CREATE FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, 
     LANGUAGE plpgsql STABLE
     AS $$
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
-        -- rebuilds it.
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
         begin
             raise exception 'pull: synced table % has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';
@@ -2036,6 +2167,9 @@ declare
     v_rejected_codes text[] := '{}'::text[];
     v_rejected_messages text[] := '{}'::text[];
     v_earlier integer;
+    v_runs jsonb;
+    v_run jsonb;
+    v_count integer;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -2058,14 +2192,18 @@ begin
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
             'oid', c.oid::bigint, 'owner', s.owner_column,
             'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
-            'shape', ferry.upsert_shape(c.oid), 'rules', pg_catalog.jsonb_build_object(
+            'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
                 'table', ferry.write_rule(s.strategy, null, c.relname),
                 'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
                 'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
                 'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
         into v_tables
         from ferry.synced_tables s
-        join pg_catalog.pg_class c on c.oid = s.table_name
+        -- By the table's oid, one lookup per registered table (offset 0 keeps the planner
+        -- from hashing a scan of all of pg_class instead).
+        cross join lateral (
+            select c.oid, c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+        ) c
         cross join lateral (
             select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
                 pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
@@ -2091,9 +2229,115 @@ begin
             where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                 and a.attname <> all (ferry.unwritable_columns())
         ) cols
+        -- Whether one statement answers a run of the table's upserts as the loop would (the
+        -- header): no trigger but Ferry's own and foreign key checks between this table and
+        -- others (a deferred unique check is a trigger too), no policy but Ferry's.
+        cross join lateral (
+            select not exists (
+                    select from pg_catalog.pg_trigger g
+                    where g.tgrelid = c.oid
+                        and g.tgname not in ('ferry_stamp', 'ferry_cue_insert', 'ferry_cue_update', 'ferry_cue_delete',
+                            'ferry_tombstone_delete', 'ferry_refuse_truncate')
+                        and not (g.tgisinternal and g.tgconstrrelid not in (0, c.oid) and exists (
+                            select from pg_catalog.pg_proc f where f.oid = g.tgfoid and f.proname like 'RI\_FKey\_%'))
+                ) and not exists (
+                    select from pg_catalog.pg_policy y
+                    where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
+                ) as ok
+        ) sb
         where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(v_list) m);
 
-    for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
+    -- The runs the set-based path writes (header), by the position of their first mutation:
+    -- {"<first>": {"last": position, "table", "given": [columns], "ids": [...], "rows": [...]}}.
+    -- Each step is a materialized CTE, so that each value is computed once per mutation.
+    with mutation as materialized (
+        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name, l.m ->> 'op' as op,
+            pg_catalog.jsonb_typeof(l.m -> 'table') as table_type, l.m -> 'row' as given_row,
+            pg_catalog.max((l.m ->> 'id')::bigint) over (order by l.o rows between unbounded preceding and 1 preceding)
+                as before
+        from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
+    ), writable as materialized (
+        -- The tables whose upserts one statement may write, once each.
+        select tt.key as name, tt.value ->> 'owner' as owner, tt.value -> 'columns' as columns,
+            array(select pg_catalog.jsonb_array_elements_text(tt.value -> 'key')) as key,
+            tt.value -> 'key_types' as key_types
+        from pg_catalog.jsonb_each(v_tables) tt
+        where (tt.value ->> 'set_based')::boolean and not tt.value -> 'rules' -> 'table' ? 'refused'
+            and tt.value -> 'rules' -> 'upsert' ->> 'op' = 'upsert'
+            and tt.value -> 'rules' -> 'upsert' ->> 'live' = 'overwrite'
+            and not (tt.value -> 'rules' -> 'upsert' ->> 'held')::boolean
+    ), candidate as materialized (
+        -- The row as the loop writes it: updated_at dropped, the owner the caller.
+        select m.position, m.id, m.name, t.columns, t.key, t.key_types,
+            m.given_row - 'updated_at' || pg_catalog.jsonb_build_object(t.owner, v_user) as row
+        from mutation m
+        join writable t on t.name = m.name
+        where m.id > greatest(v_last, m.before) and m.op = 'upsert' and m.table_type = 'string'
+            and (p_unstorable is null or not p_unstorable ? m.position::text)
+            and pg_catalog.jsonb_typeof(m.given_row) = 'object'
+            and coalesce(pg_catalog.jsonb_typeof(m.given_row -> t.owner), 'null') in ('null', 'string')
+            and coalesce(m.given_row ->> t.owner, v_user::text) = v_user::text
+    ), eligible as materialized (
+        select c.position, c.id, c.name, c.row, g.given
+        from candidate c
+        cross join lateral (select array(select pg_catalog.jsonb_object_keys(c.row)) as given) g
+        where c.columns ?& g.given and g.given @> c.key
+            and not exists (
+                select from pg_catalog.unnest(c.key) k
+                where pg_catalog.jsonb_typeof(c.row -> k) = 'null'
+                    or pg_catalog.jsonb_typeof(c.row -> k) <> coalesce(c.key_types ->> k, pg_catalog.jsonb_typeof(c.row -> k)))
+    )
+    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object(
+            'last', r.last, 'table', r.name, 'given', pg_catalog.to_jsonb(r.given), 'ids', r.ids, 'rows', r.rows))
+        into v_runs
+        from (
+            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given,
+                pg_catalog.jsonb_agg(e.id order by e.position) as ids, pg_catalog.jsonb_agg(e.row order by e.position) as rows
+            from (
+                -- Consecutive positions of one table and one set of columns share an island.
+                select e.*, e.position - pg_catalog.row_number() over (partition by e.name, e.given order by e.position) as island
+                from eligible e
+            ) e
+            group by e.name, e.given, e.island
+            having pg_catalog.count(*) > 1
+        ) r;
+
+    -- Mutation by mutation, by position (a run the set-based path wrote is passed over whole).
+    v_count := pg_catalog.jsonb_array_length(v_list);
+    v_position := -1;
+    loop
+        v_position := v_position + 1;
+        exit when v_position >= v_count;
+        v_m := v_list -> v_position;
+        v_run := v_runs -> v_position::text;
+        if v_run is not null then
+            v_wrote := false;
+            begin
+                if v_skip_cues is distinct from 'on' then
+                    perform pg_catalog.set_config('ferry.skip_cues', v_run ->> 'table', true);
+                end if;
+                v_wrote := ferry.upsert_rows(v_run ->> 'table', v_tables -> (v_run ->> 'table') ->> 'shape',
+                    array(select pg_catalog.jsonb_array_elements_text(v_run -> 'given')), v_run -> 'rows');
+            exception
+                -- What the loop answers with a rejection, and one key twice (21000): the run
+                -- is undone and goes through the loop.
+                when data_exception or program_limit_exceeded or raise_exception or integrity_constraint_violation
+                    or insufficient_privilege or cardinality_violation
+                then
+                    v_wrote := false;
+            end;
+            if v_wrote then
+                v_results := v_results || array(
+                    select pg_catalog.jsonb_build_object('id', i, 'status', 'applied')
+                    from pg_catalog.jsonb_array_elements(v_run -> 'ids') i);
+                v_last := (v_run -> 'ids' ->> -1)::bigint;
+                v_position := (v_run ->> 'last')::integer;
+                if not (v_run ->> 'table') = any (v_cued) then
+                    v_cued := v_cued || (v_run ->> 'table');
+                end if;
+                continue;
+            end if;
+        end if;
         v_id := (v_m ->> 'id')::bigint;
         if v_id <= v_last then
             -- Its original outcome (ferry.duplicate_result, outcomes.sql), or this batch's
@@ -3686,12 +3930,32 @@ CREATE FUNCTION ferry.upsert_row(p_name text, p_shape text, p_row jsonb) RETURNS
 
 
 --
+-- Name: upsert_rows(text, text, text[], jsonb); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.upsert_rows(p_name text, p_shape text, p_given text[], p_rows jsonb) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+        -- Built by ferry.install_upserts from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_given boolean[];
+        begin
+            return false;
+        end
+        $$;
+
+
+--
 -- Name: upsert_shape(regclass); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
 CREATE FUNCTION ferry.upsert_shape(p_table regclass) RETURNS text
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
+begin
+    return (
     select case when pg_catalog.bool_or(a.attidentity <> '' or (d.adbin is null and ty.typdefaultbin is not null))
             then null
         else pg_catalog.md5(pg_catalog.string_agg(
@@ -3703,7 +3967,8 @@ CREATE FUNCTION ferry.upsert_shape(p_table regclass) RETURNS text
     join pg_catalog.pg_type ty on ty.oid = a.atttypid
     left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
     where a.attrelid = p_table and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
-        and a.attname <> all (ferry.unwritable_columns());
+        and a.attname <> all (ferry.unwritable_columns()));
+end
 $$;
 
 
@@ -5729,6 +5994,14 @@ GRANT ALL ON FUNCTION ferry.pull(p_cursor text, p_limit integer) TO ferry_client
 
 
 --
+-- Name: FUNCTION pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot) TO ferry_client;
+
+
+--
 -- Name: FUNCTION pull_rows(p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -6077,6 +6350,14 @@ GRANT ALL ON FUNCTION ferry.unwritable_columns() TO ferry_client;
 
 REVOKE ALL ON FUNCTION ferry.upsert_row(p_name text, p_shape text, p_row jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.upsert_row(p_name text, p_shape text, p_row jsonb) TO ferry_client;
+
+
+--
+-- Name: FUNCTION upsert_rows(p_name text, p_shape text, p_given text[], p_rows jsonb); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.upsert_rows(p_name text, p_shape text, p_given text[], p_rows jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.upsert_rows(p_name text, p_shape text, p_given text[], p_rows jsonb) TO ferry_client;
 
 
 --

@@ -7,8 +7,8 @@ import Testing
 
 /// `sql/ferry/functions/registry.sql` applied again, as `ferry migrate` does whenever the
 /// file changes: the code `ferry.register_table` generates (triggers, pull readers, the
-/// dispatcher, the static upserts) is made again for every table registered before, from
-/// the file's templates as they are now.
+/// dispatcher and its candidates, the static upserts of one row and of many) is made again
+/// for every table registered before, from the file's templates as they are now.
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct RegistryReapplyTests {
     static let registry = "ferry/functions/registry.sql"
     static let puzzle = TestRepository.sqlRoot + "/examples/puzzle"
@@ -27,7 +27,7 @@ import Testing
             select coalesce(s.table_name::text, p.proname::text), p.prosrc
             from pg_proc p left join ferry.synced_tables s on s.pull_reader = 'ferry.' || p.proname
             where p.pronamespace = 'ferry'::regnamespace
-                and (p.proname like 'pull\\_rows\\_%' or p.proname in ('pull_rows', 'upsert_row'))
+                and (p.proname like 'pull\\_rows\\_%' or p.proname in ('pull_rows', 'pull_candidates', 'upsert_row', 'upsert_rows'))
             order by 1
             """)
     }
@@ -51,7 +51,7 @@ import Testing
     @Test func theRegistryFileAppliedAgainUnchangedLeavesEveryRegisteredTableAsItWas() async throws {
         try await AccountsDatabase.with(examples: ["puzzle"]) { database in
             let before = try await generatedCode(database)
-            #expect(before.count == 9, "7 readers, the dispatcher and the upserts: \(before.map { $0[0] })")
+            #expect(before.count == 11, "7 readers, dispatcher, candidates, upserts: \(before.map { $0[0] })")
             let triggers = "select count(*) from pg_trigger where tgname like 'ferry\\_%' and not tgisinternal"
             let triggerCount = try await database.value(triggers)
             #expect(triggerCount == "42", "6 per registered table")
@@ -135,7 +135,7 @@ import Testing
 
             #expect(try await migrator.migrate(database.admin) == [Self.registry])
             let code = try await generatedCode(database)
-            #expect(code.count == 9)
+            #expect(code.count == 11)
             for row in code { #expect(row[1]?.contains("(template 2)") == true, "\(row[0] ?? "")") }
             #expect(try await pushAndPullAGame(database) == "[60, 60]")
         }

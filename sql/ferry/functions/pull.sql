@@ -37,8 +37,12 @@
 -- cursor names its history"). The cursor's `since`, or for a first-load paging cursor
 -- its `until`, is checked in the snapshot the rows are read in. A pull without a cursor
 -- never raises it.
+--
+-- Generic plans (plan_cache_mode): left to choose, PostgreSQL kept planning some of
+-- pull's own queries again at every call (custom plans, which fold the cursor's values
+-- in), about a sixth of a steady-state pull's cost (bench/RESULTS.md).
 create or replace function ferry.pull(p_cursor text, p_limit integer) returns jsonb
-language plpgsql stable
+language plpgsql stable set plan_cache_mode = force_generic_plan
 as $$
 declare
     v_cursor jsonb;
@@ -59,6 +63,7 @@ declare
     v_deletes jsonb;
     v_reached jsonb;
     v_here jsonb := ferry.history_here();
+    v_candidates name[];
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -110,6 +115,11 @@ begin
         v_last := coalesce(v_last, 0);
     end if;
 
+    -- After a cursor, only the tables that may have something new for the caller
+    -- (ferry.pull_candidates, registry.sql: one statement of index probes; null: all).
+    if v_since is not null then
+        v_candidates := ferry.pull_candidates(pg_catalog.pg_snapshot_xmin(v_since), v_until, v_since);
+    end if;
     for v_table in
         select c.relname as name, s.table_name as rel,
             case when s.strategy = 'shared' then coalesce(v_shared_since, v_since) else v_since end as since
@@ -117,6 +127,7 @@ begin
         join pg_catalog.pg_class c on c.oid = s.table_name
         where pg_catalog.has_table_privilege(s.table_name, 'select')
             and (v_after_table is null or c.relname >= v_after_table)
+            and (v_candidates is null or c.relname = any (v_candidates))
         order by c.relname
     loop
         -- remaining + 1 rows: one more than fits says has_more (with 0 left, whether any remain).

@@ -43,12 +43,16 @@ begin
 end
 $$;
 
--- Raises the caller's device's last mutation id to p_last (never lowers it).
+-- Raises the caller's device's last mutation id to p_last (never lowers it). PL/pgSQL,
+-- which keeps its statement's plan for the session: a SQL function with a SET clause is
+-- never inlined, and was planned again at every push.
 create or replace function ferry.advance_device(p_last bigint) returns void
-language sql security definer set search_path = ''
+language plpgsql security definer set search_path = ''
 as $$
+begin
     update ferry.devices d set last_mutation_id = greatest(d.last_mutation_id, p_last)
         where d.user_id = ferry.uid() and d.device_id = ferry.device_id();
+end
 $$;
 
 -- MARK: - One column's conversion
@@ -91,6 +95,20 @@ $$;
 -- (400 invalid_request); anything wrong inside one mutation rejects that mutation only:
 -- each runs in its own subtransaction, so a failed write is undone alone and the batch
 -- goes on. Errors a retry can fix (deadlock, serialization, connection) abort the batch.
+--
+-- The set-based path, for the common batch: a run of consecutive mutations that are all
+-- lww upserts (the rule's overwrite, no lock) of one table, each new by its id, not
+-- unstorable, giving the same columns, all of them writable, the owner omitted or the
+-- caller's, every key column present in its JSON type, is written by ONE statement
+-- (ferry.upsert_rows, registry.sql) in a subtransaction, in batch order, and answered
+-- applied mutation by mutation. This answers exactly what the loop would: each would be
+-- applied by its static upsert (below), in the same order, row after row under the same
+-- immediate checks. Where one statement could answer otherwise it is not tried (the
+-- table has a trigger or policy of its own, or a foreign key or deferred check within
+-- itself, whose outcome could depend on the statements' boundaries); and where it fails
+-- (any error the loop answers with a rejection, or one key twice) it is undone and the
+-- run goes through the loop, which answers each mutation as before. Runs of one
+-- mutation go through the loop too.
 --
 -- An lww upsert, the common write, tries the table's static upsert first
 -- (ferry.upsert_row, registry.sql), else builds the statement for the given columns.
@@ -141,6 +159,9 @@ declare
     v_rejected_codes text[] := '{}'::text[];
     v_rejected_messages text[] := '{}'::text[];
     v_earlier integer;
+    v_runs jsonb;
+    v_run jsonb;
+    v_count integer;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -163,14 +184,18 @@ begin
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
             'oid', c.oid::bigint, 'owner', s.owner_column,
             'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
-            'shape', ferry.upsert_shape(c.oid), 'rules', pg_catalog.jsonb_build_object(
+            'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
                 'table', ferry.write_rule(s.strategy, null, c.relname),
                 'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
                 'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
                 'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
         into v_tables
         from ferry.synced_tables s
-        join pg_catalog.pg_class c on c.oid = s.table_name
+        -- By the table's oid, one lookup per registered table (offset 0 keeps the planner
+        -- from hashing a scan of all of pg_class instead).
+        cross join lateral (
+            select c.oid, c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+        ) c
         cross join lateral (
             select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
                 pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
@@ -196,9 +221,115 @@ begin
             where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                 and a.attname <> all (ferry.unwritable_columns())
         ) cols
+        -- Whether one statement answers a run of the table's upserts as the loop would (the
+        -- header): no trigger but Ferry's own and foreign key checks between this table and
+        -- others (a deferred unique check is a trigger too), no policy but Ferry's.
+        cross join lateral (
+            select not exists (
+                    select from pg_catalog.pg_trigger g
+                    where g.tgrelid = c.oid
+                        and g.tgname not in ('ferry_stamp', 'ferry_cue_insert', 'ferry_cue_update', 'ferry_cue_delete',
+                            'ferry_tombstone_delete', 'ferry_refuse_truncate')
+                        and not (g.tgisinternal and g.tgconstrrelid not in (0, c.oid) and exists (
+                            select from pg_catalog.pg_proc f where f.oid = g.tgfoid and f.proname like 'RI\_FKey\_%'))
+                ) and not exists (
+                    select from pg_catalog.pg_policy y
+                    where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
+                ) as ok
+        ) sb
         where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(v_list) m);
 
-    for v_m, v_position in select m, o - 1 from pg_catalog.jsonb_array_elements(v_list) with ordinality e(m, o) loop
+    -- The runs the set-based path writes (header), by the position of their first mutation:
+    -- {"<first>": {"last": position, "table", "given": [columns], "ids": [...], "rows": [...]}}.
+    -- Each step is a materialized CTE, so that each value is computed once per mutation.
+    with mutation as materialized (
+        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name, l.m ->> 'op' as op,
+            pg_catalog.jsonb_typeof(l.m -> 'table') as table_type, l.m -> 'row' as given_row,
+            pg_catalog.max((l.m ->> 'id')::bigint) over (order by l.o rows between unbounded preceding and 1 preceding)
+                as before
+        from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
+    ), writable as materialized (
+        -- The tables whose upserts one statement may write, once each.
+        select tt.key as name, tt.value ->> 'owner' as owner, tt.value -> 'columns' as columns,
+            array(select pg_catalog.jsonb_array_elements_text(tt.value -> 'key')) as key,
+            tt.value -> 'key_types' as key_types
+        from pg_catalog.jsonb_each(v_tables) tt
+        where (tt.value ->> 'set_based')::boolean and not tt.value -> 'rules' -> 'table' ? 'refused'
+            and tt.value -> 'rules' -> 'upsert' ->> 'op' = 'upsert'
+            and tt.value -> 'rules' -> 'upsert' ->> 'live' = 'overwrite'
+            and not (tt.value -> 'rules' -> 'upsert' ->> 'held')::boolean
+    ), candidate as materialized (
+        -- The row as the loop writes it: updated_at dropped, the owner the caller.
+        select m.position, m.id, m.name, t.columns, t.key, t.key_types,
+            m.given_row - 'updated_at' || pg_catalog.jsonb_build_object(t.owner, v_user) as row
+        from mutation m
+        join writable t on t.name = m.name
+        where m.id > greatest(v_last, m.before) and m.op = 'upsert' and m.table_type = 'string'
+            and (p_unstorable is null or not p_unstorable ? m.position::text)
+            and pg_catalog.jsonb_typeof(m.given_row) = 'object'
+            and coalesce(pg_catalog.jsonb_typeof(m.given_row -> t.owner), 'null') in ('null', 'string')
+            and coalesce(m.given_row ->> t.owner, v_user::text) = v_user::text
+    ), eligible as materialized (
+        select c.position, c.id, c.name, c.row, g.given
+        from candidate c
+        cross join lateral (select array(select pg_catalog.jsonb_object_keys(c.row)) as given) g
+        where c.columns ?& g.given and g.given @> c.key
+            and not exists (
+                select from pg_catalog.unnest(c.key) k
+                where pg_catalog.jsonb_typeof(c.row -> k) = 'null'
+                    or pg_catalog.jsonb_typeof(c.row -> k) <> coalesce(c.key_types ->> k, pg_catalog.jsonb_typeof(c.row -> k)))
+    )
+    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object(
+            'last', r.last, 'table', r.name, 'given', pg_catalog.to_jsonb(r.given), 'ids', r.ids, 'rows', r.rows))
+        into v_runs
+        from (
+            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given,
+                pg_catalog.jsonb_agg(e.id order by e.position) as ids, pg_catalog.jsonb_agg(e.row order by e.position) as rows
+            from (
+                -- Consecutive positions of one table and one set of columns share an island.
+                select e.*, e.position - pg_catalog.row_number() over (partition by e.name, e.given order by e.position) as island
+                from eligible e
+            ) e
+            group by e.name, e.given, e.island
+            having pg_catalog.count(*) > 1
+        ) r;
+
+    -- Mutation by mutation, by position (a run the set-based path wrote is passed over whole).
+    v_count := pg_catalog.jsonb_array_length(v_list);
+    v_position := -1;
+    loop
+        v_position := v_position + 1;
+        exit when v_position >= v_count;
+        v_m := v_list -> v_position;
+        v_run := v_runs -> v_position::text;
+        if v_run is not null then
+            v_wrote := false;
+            begin
+                if v_skip_cues is distinct from 'on' then
+                    perform pg_catalog.set_config('ferry.skip_cues', v_run ->> 'table', true);
+                end if;
+                v_wrote := ferry.upsert_rows(v_run ->> 'table', v_tables -> (v_run ->> 'table') ->> 'shape',
+                    array(select pg_catalog.jsonb_array_elements_text(v_run -> 'given')), v_run -> 'rows');
+            exception
+                -- What the loop answers with a rejection, and one key twice (21000): the run
+                -- is undone and goes through the loop.
+                when data_exception or program_limit_exceeded or raise_exception or integrity_constraint_violation
+                    or insufficient_privilege or cardinality_violation
+                then
+                    v_wrote := false;
+            end;
+            if v_wrote then
+                v_results := v_results || array(
+                    select pg_catalog.jsonb_build_object('id', i, 'status', 'applied')
+                    from pg_catalog.jsonb_array_elements(v_run -> 'ids') i);
+                v_last := (v_run -> 'ids' ->> -1)::bigint;
+                v_position := (v_run ->> 'last')::integer;
+                if not (v_run ->> 'table') = any (v_cued) then
+                    v_cued := v_cued || (v_run ->> 'table');
+                end if;
+                continue;
+            end if;
+        end if;
         v_id := (v_m ->> 'id')::bigint;
         if v_id <= v_last then
             -- Its original outcome (ferry.duplicate_result, outcomes.sql), or this batch's

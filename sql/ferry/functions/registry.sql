@@ -510,6 +510,22 @@ comment on function ferry.install_pull_reader(regclass) is
 -- pull runs no dynamic SQL at all. A name with no branch raises 55000 like a stale
 -- reader. A transaction advisory lock while it reads the registry keeps two
 -- registrations at once from each leaving the other's table out.
+--
+-- A table with nothing new since the cursor costs one index probe: before calling the
+-- reader, a branch asks whether any row the reader could return exists (its range of
+-- stamps: from the cursor's xmin, visible in `until`, not in `since`; under Row Level
+-- Security, so the caller's rows only, through the (owner, _stamp) index) and, when none
+-- does, answers nothing read (fetched 0) at once. The reader's rows are a subset of
+-- those, so the answer is the same; a steady-state pull mostly visits tables that did
+-- not change, and a reader's call (its checks, its window and aggregates over no rows)
+-- cost several times the probe. The first load (no since) reads every table as before.
+--
+-- ferry.pull_candidates(from, until, since), built beside it, runs the same probe for
+-- every table with an owner in ONE statement (a UNION ALL of EXISTS) and returns the
+-- names of those with something new, and of every shared table (which it does not
+-- probe: pull may read them after another snapshot than the per-user tables' since),
+-- so that pull calls the dispatcher for those only. A caller that may not read every
+-- per-user table gets null (pull then calls the dispatcher for every table, as before).
 create or replace function ferry.install_pull_rows() returns void
 language plpgsql set search_path = ''
 as $install$
@@ -522,12 +538,22 @@ begin
     select pg_catalog.string_agg(pg_catalog.format(
             $branch$
             %s p_name = %L then
+                if p_since is not null and not exists (
+                    select from %s t
+                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))
+                then
+                    fetched := 0;
+                    return;
+                end if;
                 select * into fetched, upserts, deletes, reached
                     from %s(p_table, p_limit, p_from, p_until, p_since, p_after_key, p_after_stamp);$branch$,
-            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.pull_reader), '' order by b.position)
+            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.table_name, b.pull_reader), ''
+            order by b.position)
         into v_branches
         from (
-            select c.relname, s.pull_reader, pg_catalog.row_number() over (order by c.relname) as position
+            select c.relname, s.table_name, s.pull_reader, pg_catalog.row_number() over (order by c.relname) as position
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
         ) b;
@@ -543,7 +569,8 @@ begin
         pg_catalog.format(
             $body$
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
-        -- rebuilds it.
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
         begin%s
         end
         $body$,
@@ -554,11 +581,49 @@ begin
         ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) from public;
     grant execute on function
         ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) to ferry_client;
+
+    -- ferry.pull_candidates: the same probe for every per-user table in ONE statement.
+    select pg_catalog.string_agg(case when b.owner_column is null then pg_catalog.format('select %L::name', b.relname)
+            else pg_catalog.format(
+                $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))$probe$,
+                b.relname, b.table_name) end,
+            E'\n                union all ' order by b.relname)
+        into v_branches
+        from (
+            select c.relname, s.table_name, s.owner_column
+            from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
+            where s.pull_reader is not null
+        ) b;
+    execute pg_catalog.format(
+        $function$
+        create or replace function ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot)
+        returns name[]
+        language plpgsql stable
+        as %L
+        $function$,
+        pg_catalog.format(
+            $body$
+        -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        begin
+            return array(%s);
+        exception when insufficient_privilege then
+            return null;
+        end
+        $body$,
+            coalesce(v_branches, 'select null::name where false')));
+    revoke all on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) from public;
+    grant execute on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) to ferry_client;
 end
 $install$;
 
 comment on function ferry.install_pull_rows() is
-    'Builds ferry.pull_rows, the dispatcher ferry.pull calls: one branch per synced table calling its pull reader with static SQL. Called by ferry.register_table.';
+    'Builds ferry.pull_rows, the dispatcher ferry.pull calls: one branch per synced table calling its pull reader with static SQL (after a probe for anything new since the cursor), and ferry.pull_candidates, the probe of every per-user table in one statement. Called by ferry.register_table.';
 
 -- MARK: - Static upserts
 
@@ -569,10 +634,14 @@ comment on function ferry.install_pull_rows() is
 -- table per batch, so it reads the catalog as stored (oids, each default's expression
 -- tree), with no names rendered (format_type, pg_get_expr) and no SET search_path, which
 -- cost more; a restore that renumbers a user type, or a function a default calls,
--- changes it (speed until the table is registered again).
+-- changes it (speed until the table is registered again). PL/pgSQL, which keeps the
+-- query's plan for the session: as a SQL function (an aggregate, so never inlined) it
+-- was planned again at every push.
 create or replace function ferry.upsert_shape(p_table regclass) returns text
-language sql stable
+language plpgsql stable
 as $$
+begin
+    return (
     select case when pg_catalog.bool_or(a.attidentity <> '' or (d.adbin is null and ty.typdefaultbin is not null))
             then null
         else pg_catalog.md5(pg_catalog.string_agg(
@@ -584,7 +653,8 @@ as $$
     join pg_catalog.pg_type ty on ty.oid = a.atttypid
     left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
     where a.attrelid = p_table and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
-        and a.attname <> all (ferry.unwritable_columns());
+        and a.attname <> all (ferry.unwritable_columns()));
+end
 $$;
 
 comment on function ferry.upsert_shape(regclass) is
@@ -602,11 +672,19 @@ comment on function ferry.upsert_shape(regclass) is
 -- correctness. One difference with the built statement: an operator's column trigger
 -- (BEFORE/AFTER UPDATE OF col) fires on conflict for every writable column. Locks the
 -- registry's reading as ferry.install_pull_rows does.
+--
+-- ferry.upsert_rows(name, shape, given, rows), built beside it from the same branches:
+-- the same upsert of many rows in ONE statement, push's set-based path (push.sql). Rows
+-- is a JSON array of rows that all give the columns `given` (and no other), written in
+-- array order; it returns true once it wrote, false when no branch matches. Like any
+-- statement it writes all of its rows or none: push calls it only where that answers
+-- every mutation exactly, and otherwise applies them one by one.
 create or replace function ferry.install_upserts() returns void
 language plpgsql set search_path = ''
 as $install$
 declare
     v_branches text;
+    v_set_branches text;
 begin
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.install_upserts'));
     select pg_catalog.string_agg(pg_catalog.format(
@@ -619,12 +697,27 @@ begin
                     %s_deleted = false;
                 return true;$branch$,
             case when u.position = 1 then 'if' else 'elsif' end, u.name, u.shape, u.rel, u.columns, u.values_list,
-            u.rel, u.key_list, coalesce(u.sets || E',\n                    ', '')), '' order by u.position)
-        into v_branches
+            u.rel, u.key_list, coalesce(u.sets || E',\n                    ', '')), '' order by u.position),
+        pg_catalog.string_agg(pg_catalog.format(
+            $branch$
+            %s p_name = %L and p_shape = %L then
+                v_given := array[%s];
+                insert into %s as t (%s)
+                select %s
+                from pg_catalog.jsonb_array_elements(p_rows) with ordinality r(value, n)
+                cross join lateral pg_catalog.jsonb_populate_record(null::%s, r.value) p
+                order by r.n
+                on conflict (%s) do update set
+                    %s_deleted = false;
+                return true;$branch$,
+            case when u.position = 1 then 'if' else 'elsif' end, u.name, u.shape, u.given, u.rel, u.columns,
+            u.values_given, u.rel, u.key_list, coalesce(u.sets_given || E',\n                    ', '')), ''
+            order by u.position)
+        into v_branches, v_set_branches
         from (
             select c.relname as name, s.table_name as rel, ferry.upsert_shape(s.table_name) as shape,
                 pg_catalog.row_number() over (order by c.relname) as position, w.columns, w.values_list, w.sets,
-                ferry.primary_key_list(s.table_name) as key_list
+                w.given, w.values_given, w.sets_given, ferry.primary_key_list(s.table_name) as key_list
             from ferry.synced_tables s
             join pg_catalog.pg_class c on c.oid = s.table_name
             cross join lateral (
@@ -635,8 +728,25 @@ begin
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when p_row ? %2$L or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.attname), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
-                        as sets
-                from pg_catalog.pg_attribute a
+                        as sets,
+                    -- upsert_rows: whether the run gives each column, in v_given[n], the
+                    -- column's place among the writable ones, read once per run.
+                    pg_catalog.string_agg(pg_catalog.format('%L = any (p_given)', a.attname), ', ' order by a.attnum)
+                        as given,
+                    pg_catalog.string_agg(pg_catalog.format('case when v_given[%s] then p.%I else %s end',
+                        a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
+                        E',\n                    ' order by a.attnum) as values_given,
+                    pg_catalog.string_agg(pg_catalog.format('%1$I = case when v_given[%2$s] or t._deleted then excluded.%1$I else t.%1$I end',
+                        a.attname, a.n), E',\n                    ' order by a.attnum) filter (where not exists (
+                            select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
+                        as sets_given
+                from (
+                    select a.attrelid, a.attnum, a.attname, a.attisdropped, a.attgenerated,
+                        pg_catalog.row_number() over (order by a.attnum) as n
+                    from pg_catalog.pg_attribute a
+                    where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+                        and a.attname <> all (ferry.unwritable_columns())
+                ) a
                 left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
                 where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                     and a.attname <> all (ferry.unwritable_columns())
@@ -661,11 +771,31 @@ begin
             case when v_branches is null then '' else v_branches || E'\n            end if;' end));
     revoke all on function ferry.upsert_row(text, text, jsonb) from public;
     grant execute on function ferry.upsert_row(text, text, jsonb) to ferry_client;
+    execute pg_catalog.format(
+        $function$
+        create or replace function ferry.upsert_rows(p_name text, p_shape text, p_given text[], p_rows jsonb) returns boolean
+        language plpgsql
+        as %L
+        $function$,
+        pg_catalog.format(
+            $body$
+        -- Built by ferry.install_upserts from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_given boolean[];
+        begin%s
+            return false;
+        end
+        $body$,
+            case when v_set_branches is null then '' else v_set_branches || E'\n            end if;' end));
+    revoke all on function ferry.upsert_rows(text, text, text[], jsonb) from public;
+    grant execute on function ferry.upsert_rows(text, text, text[], jsonb) to ferry_client;
 end
 $install$;
 
 comment on function ferry.install_upserts() is
-    'Builds ferry.upsert_row, the static lww upserts push tries first: one branch per lww table, for the shape it was written for. Called by ferry.register_table.';
+    'Builds ferry.upsert_row, the static lww upserts push tries first (one branch per lww table, for the shape it was written for), and ferry.upsert_rows, the same upsert of many rows in one statement (push''s set-based path). Called by ferry.register_table.';
 
 -- MARK: - Schema
 
