@@ -77,7 +77,10 @@ status=0
 # What the gateways logged as errors (a 5xx names its cause only there: a pool wait that
 # timed out, a full wait queue, a statement timeout, a lost connection), counted by message.
 echo "gateway errors logged, by message (KEEP_TMP=1 keeps the logs):"
-# A text log line is `<time> <level> <message> key=value…`; numbers are folded to N.
-awk '$2 == "error" { $1 = ""; sub(/^ /, ""); print }' "$tmp"/gateway-*.log | sed -E 's/[0-9]+/N/g' |
+# A text log line is `<time> <level> <message> key=value…`: a request answered 5xx is
+# counted by route and status (its cause, when the database's, is the line before it);
+# any other error by its message and fields, numbers folded to N.
+awk '$2 == "error" && $3 == "request" { print $5, $6; next }
+     $2 == "error" { $1 = ""; sub(/^ /, ""); gsub(/[0-9]+/, "N"); print }' "$tmp"/gateway-*.log |
     sort | uniq -c | sort -rn | head -20
 exit "$status"
