@@ -58,7 +58,7 @@ for i in $(seq "$GATEWAYS"); do
         FERRY_LISTEN=127.0.0.1:$port FERRY_THREADS=$LOOPS FERRY_POOL_SIZE=$POOL_SIZE \
         FERRY_ANONYMOUS_SIGNUPS_PER_HOUR=1000000000 FERRY_ACCESS_TOKEN_TTL=86400 \
         FERRY_SIGNINS_PER_ACCOUNT_PER_HOUR=1000000000 FERRY_FAILED_SIGNINS_PER_HOUR=1000000000 FERRY_PASSWORD_HASHES_PER_ADDRESS=64 \
-        "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
+        "$FERRY" serve >"$tmp/gateway-$i.log" 2>&1 &
     gateway_pids+=($!)
     urls+=("http://127.0.0.1:$port")
     wait_until_answers "http://127.0.0.1:$port/readyz"
@@ -69,6 +69,18 @@ storm=()
 [ "$SCENARIO" = reconnect-storm ] && storm=(--storm-after "$STORM_AFTER" --storm-command "kill ${gateway_pids[0]}")
 mix=()
 [ -n "${MIX:-}" ] && mix=(--mix "$MIX")
+status=0
 "$LOAD" fleet --urls "$url_list" --app "$APP" "${mix[@]}" --devices "$DEVICES" --seconds "$SECONDS_STEADY" \
     --loops "$FLEET_LOOPS" --scenario "$SCENARIO" --server-pids "$(pid_list)" --postgres-pid "$postmaster" \
-    --report "${REPORT:-$tmp/fleet.json}" "${storm[@]}"
+    --report "${REPORT:-$tmp/fleet.json}" "${storm[@]}" || status=$?
+
+# What the gateways logged as errors (a 5xx names its cause only there: a pool wait that
+# timed out, a full wait queue, a statement timeout, a lost connection), counted by message.
+echo "gateway errors logged, by message (KEEP_TMP=1 keeps the logs):"
+# A text log line is `<time> <level> <message> key=value…`: a request answered 5xx is
+# counted by route and status (its cause, when the database's, is the line before it);
+# any other error by its message and fields, numbers folded to N.
+awk '$2 == "error" && $3 == "request" { print $5, $6; next }
+     $2 == "error" { $1 = ""; sub(/^ /, ""); gsub(/[0-9]+/, "N"); print }' "$tmp"/gateway-*.log |
+    sort | uniq -c | sort -rn | head -20
+exit "$status"

@@ -37,8 +37,10 @@
 #
 # Usage: bench/realtime.sh   (env: RUNS=3 LATENCY_STREAMS="1000 10000" IDLE_STREAMS=10000
 #        BROADCAST_STREAMS=50000 RATE=200 WRITE_SECONDS=20 ROUNDS=5 SETTLE=3 LOOPS=2
-#        POOL_SIZE=2 TRANSPORTS="websocket sse"; LATENCY_STREAMS="" or IDLE_STREAMS="" skip
-#        those runs; REALTIME_SKIP_CUE_COST=1 skips cue-cost.sh)
+#        POOL_SIZE=2 TRANSPORTS="websocket sse" OPEN_TIMEOUT=300; LATENCY_STREAMS="" or
+#        IDLE_STREAMS="" skip those runs; REALTIME_SKIP_CUE_COST=1 skips cue-cost.sh;
+#        OPEN_TIMEOUT: seconds the streams of an idle or broadcast run have to open, more on
+#        a machine other work keeps busy)
 # Ferry is the release `ferry serve` logged in as ferry_gateway, against the embedded
 # database (`make db`; the port follows FERRY_DEV_PG_PORT), migrated with sql/ferry; the
 # bench tables are created here. The users it signs up stay; `ferry db reset` clears them.
@@ -55,6 +57,7 @@ RATE=${RATE:-200}
 WRITE_SECONDS=${WRITE_SECONDS:-20}
 ROUNDS=${ROUNDS:-5}
 SETTLE=${SETTLE:-3}
+OPEN_TIMEOUT=${OPEN_TIMEOUT:-300}
 LOOPS=${LOOPS:-2}
 POOL_SIZE=${POOL_SIZE:-2}
 GOAL_ADDED_P50_MS=${GOAL_ADDED_P50_MS:-1}
@@ -127,7 +130,7 @@ for run in $(seq "$RUNS"); do
             echo "run $run: $n idle $transport streams" >&2
             start_gateways "$(gateways_for "$n")" 127.0.0.1
             load "idle-$transport-$n-$run" idle --streams "$n" --transport "$transport" \
-                --server-pids "$(pid_list)" --settle-seconds "$SETTLE"
+                --server-pids "$(pid_list)" --settle-seconds "$SETTLE" --open-timeout "$OPEN_TIMEOUT"
             keep "idle-$transport-$n" "idle-$transport-$n-$run" server_bytes_per_stream
         done
         n=$BROADCAST_STREAMS
@@ -135,7 +138,7 @@ for run in $(seq "$RUNS"); do
         start_gateways "$(gateways_for "$n")" 127.0.0.1
         load "broadcast-$transport-$run" broadcast --streams "$n" --transport "$transport" \
             --database-url "$OWNER_URL" --table bench_news --rounds "$ROUNDS" --server-pids "$(pid_list)" \
-            --settle-seconds "$SETTLE"
+            --settle-seconds "$SETTLE" --open-timeout "$OPEN_TIMEOUT"
         keep "idle-$transport-$n" "broadcast-$transport-$run" server_bytes_per_stream
         keep "broadcast-$transport" "broadcast-$transport-$run" broadcast_last_ms_median
         keep "broadcast-$transport-server-cpu" "broadcast-$transport-$run" broadcast_server_cpu_ms_per_round

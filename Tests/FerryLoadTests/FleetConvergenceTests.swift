@@ -45,6 +45,24 @@ import Testing
         return load
     }
 
+    /// What a device and the convergence check retry: a refusal a loaded gateway gives
+    /// (its pool's wait queue full: `503`), a `429`, a lost connection; not a final answer.
+    /// The check once took a `503` on its fresh first load for a difference.
+    @Test func aRefusalOrALostAnswerIsRetriedAndAFinalAnswerIsNot() {
+        for status in [500, 502, 503, 504, 429] {
+            #expect(HTTPClientOutcome.answered(status: status, body: []).isRetryable, "\(status)")
+        }
+        for status in [200, 201, 204, 400, 401, 403, 404, 409, 413] {
+            #expect(!HTTPClientOutcome.answered(status: status, body: []).isRetryable, "\(status)")
+        }
+        #expect(HTTPClientOutcome.failed("closed").isRetryable)
+        #expect(
+            (1...8).map { HTTPClientOutcome.retryDelay(retries: $0) } == [
+                200, 400, 800, 1_600, 3_200, 5_000, 5_000, 5_000,
+            ])
+        #expect(HTTPClientOutcome.retryDelay(retries: 1, jitterMilliseconds: 30) == 230)
+    }
+
     @Test func convergedDeviceHasNoDifferences() throws {
         let (replica, writes) = try Self.device(rows: ["g-1", "g-2"])
         let found = ConvergenceCheck.differences(

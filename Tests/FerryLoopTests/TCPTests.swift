@@ -275,6 +275,45 @@ private final class Collector: TCPConnectionDelegate {
         #expect(peers.map { $0.split(separator: ":")[0] } == ["127.0.0.2", "127.0.0.3"])
     }
 
+    /// The loop's tear-down closes the handle of a connect still pending and libuv then
+    /// cancels it: the connect's callback must not close the handle a second time (libuv
+    /// aborts the process: `uv_close: Assertion !uv__is_closing(handle)`), which a release
+    /// ferry-load did when a fleet stopped with connects in flight.
+    @Test func aLoopThatStopsWithAConnectPendingAbandonsIt() throws {
+        // A listener that never accepts, with a backlog of 0: Linux queues one connection
+        // and drops the SYNs of the others, whose connects stay pending (SYN retries).
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && listen(fd, 0) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        try #require(bound)
+        let target = try SocketAddress(host: "127.0.0.1", port: Int(UInt16(bigEndian: address.sin_port)))
+        let loop = EventLoop.spawn(name: "connect-stop")
+        let outcomes = Mutex<[Bool]>([])
+        loop.execute {
+            for _ in 0..<8 {
+                TCPConnection.connect(on: loop, to: target) { result in
+                    if case .success(let client) = result { client.close() }
+                    outcomes.withLock { $0.append((try? result.get()) != nil) }
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        loop.stop()
+        loop.waitUntilStopped()
+        // Abandoned, not failed: the completions that ran (connects the kernel queued) succeeded.
+        let seen = outcomes.withLock { $0 }
+        #expect(seen.allSatisfy { $0 } && seen.count < 8, "\(seen)")
+    }
+
     @Test func bindingToAnAddressThatIsNotLocalFailsTheConnect() async throws {
         let loop = EventLoop.spawn(name: "bind-fail")
         defer { loop.stop() }

@@ -7,6 +7,22 @@ public enum HTTPClientOutcome {
     case answered(status: Int, body: [UInt8])
     /// The connection failed or closed before an answer (the reason, short).
     case failed(String)
+
+    /// Whether the same request may succeed if sent again, as a device's sync engine
+    /// retries it: a transport failure, a `5xx` (a gateway's pool or hasher full,
+    /// `503 unavailable`) or a `429`. Any other answer is final.
+    public var isRetryable: Bool {
+        switch self {
+        case .failed: true
+        case .answered(let status, _): status >= 500 || status == 429
+        }
+    }
+
+    /// The wait before retry number `retries` (1, 2, …) of a retryable request: 200 ms
+    /// doubling up to 5 s, plus `jitterMilliseconds`.
+    public static func retryDelay(retries: Int, jitterMilliseconds: UInt64 = 0) -> UInt64 {
+        min(UInt64(5_000), UInt64(100) << UInt64(min(max(retries, 1), 6))) + jitterMilliseconds
+    }
 }
 
 /// A keep-alive HTTP/1.1 client connection for one device: one request at a time,

@@ -316,7 +316,8 @@ public final class TCPConnection {
 
 extension TCPConnection {
     /// Opens a connection to `address` and calls `completion` on `loop` with it
-    /// (not yet reading) or with the error.
+    /// (not yet reading) or with the error. A connect still pending when `loop` stops is
+    /// abandoned: `completion` is not called.
     ///
     /// `from` binds the socket to a local address first (its port 0 lets the kernel
     /// pick one). A load generator spreads connections over several loopback source
@@ -353,6 +354,10 @@ extension TCPConnection {
                 let attempt = Unmanaged<Attempt>.fromOpaque(request!.pointee.data).takeRetainedValue()
                 let handle = UnsafeMutableRawPointer(request!.pointee.handle!).assumingMemoryBound(to: uv_tcp_t.self)
                 request!.deallocate()
+                // A loop that stopped with the connect pending closed the handle itself (its
+                // tear-down closes every handle) and cancels the connect: nobody waits for it
+                // any more, and closing the handle again would abort in libuv.
+                guard uv_is_closing(asHandle(handle)) == 0 else { return }
                 if status < 0 {
                     uv_close(asHandle(handle)) { $0?.deallocate() }
                     attempt.completion(.failure(LoopError(code: status, operation: "connect")))

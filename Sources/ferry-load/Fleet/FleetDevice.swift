@@ -331,7 +331,7 @@ final class FleetDevice {
             case .answered(let status, let bytes):
                 let code = Self.errorCode(bytes) ?? "status_\(status)"
                 owner.countError("\(operation):\(code)")
-                if status >= 500 || status == 429 {
+                if outcome.isRetryable {
                     retryLater(method, path, body: body, operation: operation, answered, rejected: rejected)
                 } else if let rejected {
                     retries = 0
@@ -353,7 +353,7 @@ final class FleetDevice {
         http.server = owner.servers[serverIndex]
         waitingToRetry = true
         retries += 1
-        let delay = min(UInt64(5_000), UInt64(100) << UInt64(min(retries, 6))) + owner.jitter() / 1_000_000 / 4
+        let delay = HTTPClientOutcome.retryDelay(retries: retries, jitterMilliseconds: owner.jitter() / 1_000_000 / 4)
         owner.loop.schedule(after: delay) { [self] in
             waitingToRetry = false
             guard phase != .failed, phase != .idle else { return }

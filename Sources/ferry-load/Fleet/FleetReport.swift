@@ -107,8 +107,13 @@ struct ResourceUsage {
 }
 
 /// The convergence check across the fleet: a fresh first load of every user, compared
-/// on the user's loop with each of its devices (``ConvergenceCheck``).
+/// on the user's loop with each of its devices (``ConvergenceCheck``). Every user's load
+/// starts at once, so a gateway may refuse some with a retryable answer (its pool's wait
+/// queue full: `503 unavailable`); such a page is asked again, as a device would, up to
+/// ``maxRetries`` times, and only a final answer or the last refusal is a difference.
 enum FleetCheck {
+    static let maxRetries = 12
+
     static func run(_ fleets: [FleetLoop]) throws -> [String] {
         var all: [String] = []
         for fleet in fleets {
@@ -131,9 +136,15 @@ enum FleetCheck {
         for (userID, devices) in users {
             let loader = devices[0]
             var fresh = FreshLoad()
-            func page(_ cursor: String?) {
+            func page(_ cursor: String?, retries: Int = 0) {
                 let path = "/v1/pull" + (cursor.map { "?cursor=\(FleetDevice.escape($0))" } ?? "")
                 loader.http.send("GET", path, token: loader.token) { outcome in
+                    if outcome.isRetryable, retries < maxRetries {
+                        let delay = HTTPClientOutcome.retryDelay(
+                            retries: retries + 1, jitterMilliseconds: UInt64.random(in: 0..<250))
+                        fleet.loop.schedule(after: delay) { page(cursor, retries: retries + 1) }
+                        return
+                    }
                     guard case .answered(200, let body) = outcome,
                         let answer = try? PullAnswer(body, tables: fleet.tables)
                     else {
