@@ -34,7 +34,9 @@ enum StormCommand: Command {
         Setting("ordinary-rows", default: "10", help: "rows changed per such device"),
         Setting("websocket-share", default: "0.5", help: "the share of devices on WebSocket (the rest: SSE)"),
         Setting(
-            "postgres-pid", help: "the postmaster's process id (CPU of it and its children)", isOptional: true),
+            "postgres-pid",
+            help: "the postmaster's process id (CPU of it and its children; default: the writer's backend's parent)",
+            isOptional: true),
         Setting("server-pids", help: LoadSettings.serverPIDs.help, isOptional: true),
         Setting(
             "devices-per-process",
@@ -94,7 +96,12 @@ enum StormCommand: Command {
             try workers.printErrors()
             throw LoadError("only \(workers.ready) of \(count) devices became ready")
         }
-        let usage = StormUsage(postmaster: postmaster, gateways: gatewayPIDs, clients: workers.pids, writer: writerPID)
+        // The postmaster: as given, else the parent of the writer's backend when it runs on this machine.
+        let postgres = postmaster ?? ResourceUsage.parent(of: writerPID)
+        if postgres == nil {
+            printLine("postgres_cpu unmeasured (no --postgres-pid, the database is not on this machine)")
+        }
+        let usage = StormUsage(postmaster: postgres, gateways: gatewayPIDs, clients: workers.pids, writer: writerPID)
 
         // The ordinary pulls' devices, spread over the workers and gateways.
         let ordinary = (0..<ordinaryCount).map { $0 * count / ordinaryCount }
