@@ -44,12 +44,7 @@ LOAD=$BIN/ferry-load
 migrate_database
 make_scratch_folder
 find_postmaster
-psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >/dev/null 2>&1 <<'SQL'
-create table if not exists public.bench_items (id text primary key, user_id uuid not null, n int);
-select ferry.register_table('public.bench_items', strategy => 'lww');
-create table if not exists public.bench_news (id int primary key, body text);
-select ferry.register_table('public.bench_news', strategy => 'shared');
-SQL
+make_bench_tables
 
 ulimit -n "$(ulimit -Hn)"
 gateways=$(((DEVICES + DEVICES_PER_GATEWAY - 1) / DEVICES_PER_GATEWAY))
@@ -73,6 +68,8 @@ start_storm_gateways() {
             "$FERRY" serve >/dev/null 2>"$tmp/gateway-$i.log" &
         gateway_pids+=($!)
         urls+=("http://127.0.0.1:$port")
+        # Ready once its listener connected: on a loaded machine that can take longer than one wait.
+        for _ in 1 2 3; do wait_until_answers "http://127.0.0.1:$port/readyz" 2>/dev/null && break; done
         wait_until_answers "http://127.0.0.1:$port/readyz"
     done
     url_list=$(IFS=,; echo "${urls[*]}")

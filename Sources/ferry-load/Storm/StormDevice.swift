@@ -20,6 +20,8 @@ final class StormDevice {
     var needsPull = false
     var waitingToRetry = false
     var retries = 0
+    /// Times in a row the stream closed or could not open.
+    var streamRetries = 0
     /// Keys of the expected rows seen since the expectation was set.
     var seen: Set<String> = []
     /// When the pull answer that completed the expectation was read (monotonic ns).
@@ -45,6 +47,7 @@ final class StormDevice {
     }
 
     func streamOpened() {
+        streamRetries = 0
         needsPull = true
         pump()
     }
@@ -54,7 +57,18 @@ final class StormDevice {
         pump()
     }
 
-    func streamEnded() { fail("stream closed") }
+    /// The stream could not open or closed: open it again after 100 ms to 1 s (its hello
+    /// pulls, so nothing is missed); the tenth time in a row ends the device.
+    func streamEnded() {
+        guard phase == .opening || phase == .ready else { return }
+        streamRetries += 1
+        guard streamRetries <= 10 else { return fail("stream closed \(streamRetries - 1) times in a row") }
+        owner.countError("stream:reopened")
+        owner.loop.schedule(after: UInt64.random(in: 100...1000)) { [self] in
+            guard phase == .opening || phase == .ready else { return }
+            owner.openStream(for: self)
+        }
+    }
 
     private func pump() {
         guard phase == .opening || phase == .ready, needsPull, !http.isBusy, !waitingToRetry else { return }
@@ -144,7 +158,7 @@ final class StormLoop: @unchecked Sendable {
     private var toOpen: [StormDevice] = []
     private var nextToOpen = 0
     private var opening = 0
-    private var streamSets: [[StreamSet]] = []
+    private var streams = DeviceStreams()
     /// Called once when every device is ready or failed.
     var onSettled: (() -> Void)?
 
@@ -170,15 +184,9 @@ final class StormLoop: @unchecked Sendable {
     /// Makes a device for each `(index, token)` and opens them, `maximumOpening` at a time.
     func start(_ shares: [(index: Int, token: String)], webSocketShare: Double) {
         loop.preconditionInEventLoop()
-        streamSets = servers.map { server in
-            StreamTransport.allCases.map { transport in
-                let set = StreamSet(loop: loop, server: server, transport: transport)
-                set.onOpened = { [unowned self] index in devices[index]?.streamOpened() }
-                set.onCue = { [unowned self] index in devices[index]?.cued() }
-                set.onEnded = { [unowned self] index in devices[index]?.streamEnded() }
-                return set
-            }
-        }
+        streams = DeviceStreams(
+            loop: loop, servers: servers, opened: { [unowned self] in devices[$0]?.streamOpened() },
+            cued: { [unowned self] in devices[$0]?.cued() }, ended: { [unowned self] in devices[$0]?.streamEnded() })
         for (index, token) in shares {
             // Device i is a WebSocket device when the share's running count steps up at i.
             let webSocket = Int(Double(index + 1) * webSocketShare) > Int(Double(index) * webSocketShare)
@@ -215,15 +223,21 @@ final class StormLoop: @unchecked Sendable {
     }
 
     func openStream(for device: StormDevice) {
-        let set = streamSets[device.serverIndex][device.transport == .webSocket ? 0 : 1]
-        set.add(StreamOrder(index: device.index, token: device.token, source: source(for: device.index)))
+        streams.open(
+            StreamOrder(index: device.index, token: device.token, source: source(for: device.index)),
+            server: device.serverIndex, transport: device.transport)
     }
 
     func closeStream(for device: StormDevice) {
-        streamSets[device.serverIndex][device.transport == .webSocket ? 0 : 1].close(index: device.index)
+        streams.close(index: device.index)
     }
 
     func countError(_ key: String) { errors[key, default: 0] += 1 }
+
+    /// The devices' errors, and their streams' (`stream:<why one did not open>`, `stream:dropped`).
+    var allErrors: [String: Int] {
+        errors.merging(streams.problems.map { ("stream:\($0.key)", $0.value) }, uniquingKeysWith: +)
+    }
     func countFailure(_ reason: String) { failures[reason, default: 0] += 1 }
 
     /// From now on, devices (those of `indices`, or every one) wait for `change`; the pull count restarts.
@@ -258,7 +272,7 @@ final class StormLoop: @unchecked Sendable {
     }
 
     func closeEverything() {
-        for sets in streamSets { for set in sets { set.closeAll() } }
+        streams.closeAll()
         for device in devices.values {
             device.phase = .failed
             device.http.close()

@@ -121,7 +121,7 @@ enum StormWorker: Command {
             case "errors":
                 var counts: [String: Int] = [:]
                 for storm in loops {
-                    let (errors, failed) = storm.loop.runAndWait { (storm.errors, storm.failures) }
+                    let (errors, failed) = storm.loop.runAndWait { (storm.allErrors, storm.failures) }
                     counts.merge(errors, uniquingKeysWith: +)
                     for (reason, number) in failed { counts["device:\(reason)", default: 0] += number }
                 }
