@@ -45,7 +45,9 @@ enum StormCommand: Command {
         Setting("loops-per-process", default: "1", help: "event loops per worker process"),
         Setting("concurrency", default: "256", help: "devices opening (stream and first pull) at once per loop"),
         Setting("source-base", help: "the first source address, 127.A.B.1 (default: random)", isOptional: true),
-        Setting("devices-per-source", default: "10000", help: "devices per source address"),
+        Setting(
+            "devices-per-source", default: "2000",
+            help: "devices per source address (two ports each; the kernel slows past half its port range)"),
         Setting("ready-timeout", default: "600", help: "seconds every device has to open and pull once"),
         Setting("round-timeout", default: "120", help: "seconds a round's devices have to pull the change"),
         Setting("pause-seconds", default: "2", help: "quiet seconds before each measurement"),

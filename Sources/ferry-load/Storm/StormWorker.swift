@@ -31,7 +31,9 @@ enum StormWorker: Command {
         Setting("websocket-share", default: "0.5", help: "the share of devices on WebSocket (the rest: SSE)"),
         Setting("loops", default: "1", help: "event loops"),
         Setting("concurrency", default: "256", help: "devices opening (stream and first pull) at once per loop"),
-        Setting("devices-per-source", default: "10000", help: "devices per source address"),
+        Setting(
+            "devices-per-source", default: "2000",
+            help: "devices per source address (two ports each; the kernel slows past half its port range)"),
         Setting("source-base", help: "the first source address (default: the kernel's choice)", isOptional: true),
         Setting("ready-timeout", default: "600", help: "seconds every device has to become ready or fail"),
     ]
