@@ -120,12 +120,15 @@ final class StormDevice {
         }
     }
 
-    /// Pulls again after 100 ms, doubling to 3.2 s; the tenth failure in a row ends the device.
+    /// Pulls again as an app's sync engine would (FerryClient's default retry policy): after
+    /// a random wait up to 0.5 s doubled per failure in a row, 60 s at most. A device never
+    /// gives up on its own (the round's timeout ends the wait), but after 1,000 in a row.
     private func retryLater() {
         retries += 1
-        guard retries <= 10 else { return fail("pull failed \(retries - 1) times in a row") }
+        guard retries <= 1000 else { return fail("pull failed \(retries - 1) times in a row") }
         waitingToRetry = true
-        owner.loop.schedule(after: UInt64(100) << UInt64(min(retries - 1, 5))) { [self] in
+        let ceiling = min(60_000, 500 * pow(2, Double(min(retries - 1, 30))))
+        owner.loop.schedule(after: UInt64(Double.random(in: 0...ceiling))) { [self] in
             waitingToRetry = false
             guard phase != .failed else { return }
             needsPull = true
