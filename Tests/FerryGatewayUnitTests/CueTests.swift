@@ -22,6 +22,20 @@ import Testing
         #expect(cue.table == "daily news")
     }
 
+    @Test func readsTheWritersTransactionAfterTheDevicesLastAt() throws {
+        let user = "8c5e1a5e-2f4b-4a8e-9d43-1b2c3d4e5f60"
+        let pushed = try #require(Cue(payload: "\(user) ana@phone@123456 game_records"))
+        #expect(pushed.origin == "ana@phone" && pushed.xid == 123_456 && pushed.table == "game_records")
+        let operators = try #require(Cue(payload: "\(user) -@77 profiles"))
+        #expect(operators.origin == nil && operators.xid == 77)
+        // The previous version's payload (and a hand-sent NOTIFY): no transaction.
+        let old = try #require(Cue(payload: "\(user) phone@home profiles"))
+        #expect(old.origin == "phone@home" && old.xid == nil)
+        // More digits than an xid8 holds are part of the device's name.
+        let long = try #require(Cue(payload: "\(user) d@99999999999999999999 t"))
+        #expect(long.xid == nil && long.origin == "d@99999999999999999999")
+    }
+
     @Test func refusesPayloadsThatAreNotCues() {
         for payload in ["", "*", "* -", "* - ", "not-a-uuid - t", "{\"session\":1}"] {
             #expect(Cue(payload: payload) == nil, "\(payload)")

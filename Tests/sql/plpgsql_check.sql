@@ -39,7 +39,8 @@ from pg_catalog.unnest(array[
     'ferry.claim_lock(text,text,boolean)', 'ferry.heartbeat_lock(text,text)', 'ferry.release_lock(text,text)',
     'ferry.move_user_rows(uuid,uuid)', 'ferry.push_mutations(jsonb,jsonb)',
     'ferry.register_table(regclass,text,name,jsonb)', 'ferry.restrict_lock_columns(regclass)',
-    'ferry.tombstone_delete()', 'ferry.watermelon_write(regclass,text,name,pg_snapshot,jsonb,text[])']) f
+    'ferry.tombstone_delete()', 'ferry.watermelon_write(regclass,text,name,pg_snapshot,jsonb,text[])',
+    'ferry.shared_changes(pg_snapshot)']) f
 union all
 -- column_default evaluates a column's default as the catalog holds it (pg_get_expr of an
 -- operator's migration), and only after checking its tree holds nothing but constants and
@@ -50,7 +51,13 @@ union all
 -- The generated reader opens the cursor its caller names: the parameter's value is the
 -- portal's name, which OPEN reads without plpgsql_check seeing a read.
 select 'ferry.watermelon_open(pg_snapshot,text[],refcursor)', 'parameter "p_cursor" is never read',
-    'OPEN names the portal by the parameter''s value';
+    'OPEN names the portal by the parameter''s value'
+union all
+-- shared_changes returns its rows with RETURN QUERY EXECUTE, one query per shared table,
+-- which fills the OUT columns without plpgsql_check seeing an assignment.
+select 'ferry.shared_changes(pg_snapshot)', pg_catalog.format('OUT variable "%s" is maybe unmodified', c),
+    'RETURN QUERY EXECUTE fills the result'
+from pg_catalog.unnest(array['table_name', 'stamp', 'deleted', 'key', 'body']) c;
 
 create temp table reported as
 select f.* from findings f

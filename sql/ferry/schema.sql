@@ -429,10 +429,10 @@ $_$;
 --
 
 CREATE FUNCTION ferry.cue_device() RETURNS text
-    LANGUAGE sql STABLE
+    LANGUAGE sql
     AS $$
     select case when d is null or d = '' or pg_catalog.strpos(d, ' ') > 0 or pg_catalog.length(d) > 200
-        then '-' else d end
+        then '-' else d end || '@' || pg_catalog.pg_current_xact_id()::text
     from (select pg_catalog.current_setting('ferry.device_id', true) as d) setting;
 $$;
 
@@ -1654,6 +1654,7 @@ CREATE FUNCTION ferry.pull(p_cursor text, p_limit integer) RETURNS jsonb
 declare
     v_cursor jsonb;
     v_since pg_snapshot;
+    v_shared_since pg_snapshot;
     v_until pg_snapshot;
     v_last bigint;
     v_after_table name;
@@ -1680,6 +1681,10 @@ begin
             raise exception 'pull: invalid cursor' using errcode = '22023';
         end if;
         v_since := (v_cursor ->> 'since')::pg_snapshot;
+        v_shared_since := (v_cursor ->> 'shared_since')::pg_snapshot;
+        if v_shared_since is not null and v_since is null then
+            raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
         if v_cursor ? 'until' then
             v_until := (v_cursor ->> 'until')::pg_snapshot;
             v_last := (v_cursor ->> 'last_mutation_id')::bigint;
@@ -1701,9 +1706,9 @@ begin
         -- The purge horizon (header of this file): a tombstone this cursor has not seen
         -- may be gone. Checked in this statement's snapshot, the one the rows are read in.
         if exists (
-            select from ferry.purge_horizon h
-            where pg_catalog.pg_snapshot_xmin(coalesce(v_since, v_until)) <= h.purged_through
-                and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, coalesce(v_since, v_until))
+            select from ferry.purge_horizon h, (values (coalesce(v_since, v_until)), (v_shared_since)) c (since)
+            where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
+                and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)
         ) then
             raise exception 'pull: the cursor is older than the tombstone purge horizon'
                 using errcode = 'FR409', hint = 'pull without a cursor';
@@ -1717,7 +1722,8 @@ begin
     end if;
 
     for v_table in
-        select c.relname as name, s.table_name as rel
+        select c.relname as name, s.table_name as rel,
+            case when s.strategy = 'shared' then coalesce(v_shared_since, v_since) else v_since end as since
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         where pg_catalog.has_table_privilege(s.table_name, 'select')
@@ -1727,7 +1733,7 @@ begin
         -- remaining + 1 rows: one more than fits says has_more (with 0 left, whether any remain).
         select * into v_fetched, v_upserts, v_deletes, v_reached
             from ferry.pull_rows(v_table.name, v_table.rel, v_remaining,
-                coalesce(pg_catalog.pg_snapshot_xmin(v_since), '0'::xid8), v_until, v_since,
+                coalesce(pg_catalog.pg_snapshot_xmin(v_table.since), '0'::xid8), v_until, v_table.since,
                 case when v_table.name = v_after_table then v_after_key end, v_after_stamp);
 
         if v_upserts is not null or v_deletes is not null then
@@ -1747,9 +1753,10 @@ begin
     return pg_catalog.jsonb_build_object(
         'changes', v_changes,
         'cursor', case
-            when v_has_more then (pg_catalog.jsonb_build_object(
-                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position || v_here)::text
-            else (pg_catalog.jsonb_build_object('since', v_until::text) || v_here)::text
+            when v_has_more then (pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+                'since', v_since::text, 'shared_since', v_shared_since::text, 'until', v_until::text,
+                'last_mutation_id', v_last)) || v_position || v_here)::text
+            else (pg_catalog.jsonb_build_object('since', v_until::text, 'last_mutation_id', v_last) || v_here)::text
         end,
         'has_more', v_has_more,
         'last_mutation_id', v_last);
@@ -3042,7 +3049,7 @@ $$;
 -- Name: FUNCTION send_cue(p_payload text); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.send_cue(p_payload text) IS 'Sends one cue, ''<owner uuid or *> <device or -> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
+COMMENT ON FUNCTION ferry.send_cue(p_payload text) IS 'Sends one cue, ''<owner uuid or *> <device or ->@<xid> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
 
 
 --
@@ -3116,7 +3123,7 @@ $$;
 -- Name: FUNCTION send_cues(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or ->@<xid> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
 
 
 --
@@ -3130,6 +3137,8 @@ CREATE FUNCTION ferry.send_queued_cues() RETURNS integer
 declare
     v_sent integer;
 begin
+    -- Shared with every other send; ferry.send_queued_cues_then_notify waits for them all.
+    perform pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('ferry.queued_cues'));
     perform pg_catalog.set_config('synchronous_commit', 'off', true);
     with taken as (
         delete from ferry.queued_cues q
@@ -3149,6 +3158,32 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.send_queued_cues() IS 'Sends every queued cue (ferry.queued_cues) not being sent by another call, each distinct payload once, in this transaction, committed without waiting for the WAL flush; returns how many';
+
+
+--
+-- Name: send_queued_cues_then_notify(text, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.send_queued_cues_then_notify(p_channel text, p_payload text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_sent integer;
+begin
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.queued_cues'));
+    v_sent := ferry.send_queued_cues();
+    perform pg_catalog.pg_notify(p_channel, p_payload);
+    return v_sent;
+end
+$$;
+
+
+--
+-- Name: FUNCTION send_queued_cues_then_notify(p_channel text, p_payload text); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.send_queued_cues_then_notify(p_channel text, p_payload text) IS 'A barrier: waits for the queued-cue sends in flight, sends every queued cue, then notifies p_channel with p_payload; returns how many cues it sent';
 
 
 --
@@ -3247,6 +3282,76 @@ CREATE FUNCTION ferry.shard_of(p_id uuid) RETURNS integer
         then ('x' || pg_catalog.substr(p_id::text, 1, 4))::bit(16)::integer
         else 0 end
 $$;
+
+
+--
+-- Name: shared_changes(pg_snapshot); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.shared_changes(p_since pg_snapshot) RETURNS TABLE(table_name name, stamp xid8, deleted boolean, key jsonb, body jsonb)
+    LANGUAGE plpgsql STABLE
+    AS $_$
+declare
+    v_table record;
+begin
+    if p_since is null then
+        return;
+    end if;
+    for v_table in
+        select c.relname as name, s.table_name as rel,
+            (select pg_catalog.string_agg(pg_catalog.format('%L, t.%I', k.name, k.name), ', ' order by k.ordinal)
+                from ferry.primary_key(s.table_name) k) as key_object
+        from ferry.synced_tables s
+        join pg_catalog.pg_class c on c.oid = s.table_name
+        where s.strategy = 'shared' and pg_catalog.has_table_privilege(s.table_name, 'select')
+        order by c.relname
+    loop
+        return query execute pg_catalog.format(
+            $query$select %L::name, t._stamp, t._deleted, pg_catalog.jsonb_build_object(%s),
+                pg_catalog.to_jsonb(t) - ferry.internal_columns()::text[]
+            from %s t
+            where t._stamp >= pg_catalog.pg_snapshot_xmin($1) and not pg_catalog.pg_visible_in_snapshot(t._stamp, $1)
+            order by t._stamp$query$,
+            v_table.name, v_table.key_object, v_table.rel)
+            using p_since;
+    end loop;
+end
+$_$;
+
+
+--
+-- Name: FUNCTION shared_changes(p_since pg_snapshot); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.shared_changes(p_since pg_snapshot) IS 'For a gateway''s cache of shared changes: the rows of every shared table the caller may read whose _stamp is not visible in p_since (none for null), with stamp, tombstone flag, key and pull body';
+
+
+--
+-- Name: shared_pull_state(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.shared_pull_state(OUT snapshot text, OUT history jsonb, OUT purged_through xid8, OUT purge_xid xid8, OUT open boolean) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+begin
+    snapshot := pg_catalog.pg_current_snapshot()::text;
+    history := ferry.history_here();
+    select h.purged_through, h.purge_xid into purged_through, purge_xid from ferry.purge_horizon h;
+    open := not exists (
+        select from pg_catalog.pg_policy p
+        join ferry.synced_tables s on s.table_name = p.polrelid
+        where s.strategy = 'shared'
+            and (p.polname <> 'ferry_read' or not p.polpermissive or p.polcmd <> 'r'
+                or pg_catalog.pg_get_expr(p.polqual, p.polrelid) <> 'true'));
+end
+$$;
+
+
+--
+-- Name: FUNCTION shared_pull_state(OUT snapshot text, OUT history jsonb, OUT purged_through xid8, OUT purge_xid xid8, OUT open boolean); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.shared_pull_state(OUT snapshot text, OUT history jsonb, OUT purged_through xid8, OUT purge_xid xid8, OUT open boolean) IS 'For a gateway''s cache of shared changes: this statement''s snapshot, ferry.history_here(), the purge horizon, and whether every shared table has only ferry.register_table''s open read policy';
 
 
 --
@@ -5819,6 +5924,14 @@ GRANT ALL ON FUNCTION ferry.send_queued_cues() TO ferry_gateway;
 
 
 --
+-- Name: FUNCTION send_queued_cues_then_notify(p_channel text, p_payload text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.send_queued_cues_then_notify(p_channel text, p_payload text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.send_queued_cues_then_notify(p_channel text, p_payload text) TO ferry_gateway;
+
+
+--
 -- Name: FUNCTION send_replicated_cue(); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5854,6 +5967,22 @@ GRANT ALL ON FUNCTION ferry.shard() TO ferry_client;
 
 REVOKE ALL ON FUNCTION ferry.shard_of(p_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.shard_of(p_id uuid) TO ferry_client;
+
+
+--
+-- Name: FUNCTION shared_changes(p_since pg_snapshot); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.shared_changes(p_since pg_snapshot) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.shared_changes(p_since pg_snapshot) TO ferry_client;
+
+
+--
+-- Name: FUNCTION shared_pull_state(OUT snapshot text, OUT history jsonb, OUT purged_through xid8, OUT purge_xid xid8, OUT open boolean); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.shared_pull_state(OUT snapshot text, OUT history jsonb, OUT purged_through xid8, OUT purge_xid xid8, OUT open boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.shared_pull_state(OUT snapshot text, OUT history jsonb, OUT purged_through xid8, OUT purge_xid xid8, OUT open boolean) TO ferry_client;
 
 
 --

@@ -22,6 +22,8 @@ public final class Gateway: Sendable {
     private let listenerStatus = ListenerStatus()
     /// Whether the listener receives: a NOTIFY round trip on a channel of its own.
     private let probe: LoopBound<ListenerProbe>
+    /// The private channel of the loops' ``SharedPulls`` barriers; nil with the cache off.
+    private let sharedPullChannel: String?
     /// The in-process tombstone purge on loop 0, when configured.
     private let purger: LoopBound<TombstonePurger>?
     /// The mail sender on loop 0, when an SMTP relay is configured.
@@ -77,6 +79,8 @@ public final class Gateway: Sendable {
         self.requests = requests
         let made = Mutex<[Int: LoopBound<LoopContext>]>([:])
         let probeChannel = ListenerProbe.newChannel()
+        let sharedPullChannel = configuration.sharedPullCache ? SharedPulls.newChannel() : nil
+        self.sharedPullChannel = sharedPullChannel
         let madeProbe = Mutex<LoopBound<ListenerProbe>?>(nil)
         group.onEveryLoop { loop in
             let pool = PostgresPool(loop: loop, configuration: database, maxConnections: configuration.poolSize)
@@ -89,10 +93,13 @@ public final class Gateway: Sendable {
                         loop: loop, configuration: database, maxConnections: max(configuration.poolSize / 4, 2)),
                     logger: logger)
             }
+            let index = group.loops.firstIndex { $0 === loop }!
+            let sharedPulls = sharedPullChannel.map { channel in
+                SharedPulls(loop: loop, loopIndex: index, pool: pool, channel: channel, logger: logger)
+            }
             let context = LoopContext(
                 loop: loop, pool: pool, logger: logger, streams: streamPolicy, accounts: accounts, quota: quota,
-                requests: requests, replicas: replicas, directory: directory)
-            let index = group.loops.firstIndex { $0 === loop }!
+                requests: requests, replicas: replicas, directory: directory, sharedPulls: sharedPulls)
             made.withLock { $0[index] = LoopBound(context, loop: loop) }
             // The listener's loop, whose pool sends the probe.
             if index == 0 {
@@ -129,7 +136,8 @@ public final class Gateway: Sendable {
         listener = LoopBound(
             sending: Listener(
                 loop: listenerLoop, configuration: listenDatabase,
-                channels: [Self.cueChannel, Self.revocationChannel, probeChannel]),
+                channels: [Self.cueChannel, Self.revocationChannel, probeChannel]
+                    + (sharedPullChannel.map { [$0] } ?? [])),
             loop: listenerLoop)
         let watermelonRoutes = WatermelonRoutes(
             accounts: accounts, maxPushRecords: configuration.watermelonMaxPushRecords,
@@ -189,6 +197,7 @@ public final class Gateway: Sendable {
         let contexts = self.contexts
         let context = contexts[0]
         let probe = self.probe
+        let sharedPullChannel = self.sharedPullChannel
         listener.loop.execute {
             let connection = listener.value
             let cues = CueBatcher(loop: listener.loop, contexts: contexts, status: status, logger: logger)
@@ -197,6 +206,9 @@ public final class Gateway: Sendable {
                 status.isConnected = connected
                 probe.value.forget()
                 logger.log(connected ? .info : .warning, connected ? "listener connected" : "listener disconnected")
+                for context in contexts {
+                    context.loop.execute { context.value.sharedPulls?.listenerChanged(connected: connected) }
+                }
                 // Revocations announced while nobody listened would be lost: reload them.
                 // A new connection may be to a promoted replica: note its timeline before
                 // the first pull there would have to expire cursors from the one before.
@@ -215,6 +227,8 @@ public final class Gateway: Sendable {
             connection.onNotification = { notification in
                 if notification.channel == Self.cueChannel {
                     cues.add(notification.payload)
+                } else if notification.channel == sharedPullChannel {
+                    cues.addBarrier(notification.payload)
                 } else if notification.channel == probe.value.channel {
                     probe.value.received(notification.payload)
                 } else if notification.channel == Self.revocationChannel,

@@ -59,6 +59,9 @@ public struct GatewayConfiguration: Sendable {
     /// off for a pooler in transaction mode, where a server connection serves many clients
     /// and named statements collide (`--prepared-statements off`).
     public var preparesStatements: Bool
+    /// Whether each loop answers the shared part of pulls from its memory of the `shared`
+    /// tables' changes (`--shared-pull-cache`, docs/OPERATIONS.md "Shared-change storms").
+    public var sharedPullCache: Bool
     /// Largest request body accepted, bytes.
     public var maxBodyBytes: Int
     /// Most mutations accepted in one push.
@@ -213,6 +216,9 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "prepared-statements", env: "FERRY_PREPARED_STATEMENTS", default: "on",
             help: "on: statements prepared once per connection; off: unnamed (pgbouncer in transaction mode)"),
+        Setting(
+            "shared-pull-cache", env: "FERRY_SHARED_PULL_CACHE", default: "on",
+            help: "on: pulls whose only news is in shared tables are answered from memory; off: all from PostgreSQL"),
         Setting(
             "max-body-bytes", env: "FERRY_MAX_BODY_BYTES", default: "1048576",
             help: "largest request body accepted (larger: 413)"),
@@ -401,6 +407,7 @@ public struct GatewayConfiguration: Sendable {
         databaseWaitSeconds = try values.duration("database-wait", maximumSeconds: 86_400)!
         statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
         preparesStatements = try values.choice("prepared-statements", ["on", "off"]) == "on"
+        sharedPullCache = try values.choice("shared-pull-cache", ["on", "off"]) == "on"
         maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!
         maxPushMutations = try values.integer("max-push-mutations", in: 1...1_000_000)!
         headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!

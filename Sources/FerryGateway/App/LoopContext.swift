@@ -22,11 +22,13 @@ final class LoopContext: HTTPObserver {
     let hub: CueHub
     /// Sends the cues this loop's pushes queued, after their commits.
     let queuedCues: QueuedCueSender
+    /// Answers the shared part of pulls from memory, unless `--shared-pull-cache off`.
+    let sharedPulls: SharedPulls?
 
     init(
         loop: EventLoop, pool: PostgresPool, logger: Logger, streams: StreamPolicy, accounts: Accounts,
         quota: ConcurrencyLimit<UUID>, requests: RequestsInFlight, replicas: ReadReplicas? = nil,
-        directory: EmailDirectory? = nil
+        directory: EmailDirectory? = nil, sharedPulls: SharedPulls? = nil
     ) {
         loop.preconditionInEventLoop()
         self.loop = loop
@@ -38,6 +40,7 @@ final class LoopContext: HTTPObserver {
         self.log = LogBuffer(logger: logger, loop: loop)
         hub = CueHub(loop: loop, policy: streams, accounts: accounts, quota: quota, metrics: metrics)
         queuedCues = QueuedCueSender(loop: loop, pool: pool, logger: logger)
+        self.sharedPulls = sharedPulls
     }
 
     /// The counters of this loop, with its pool's gauges.
@@ -53,6 +56,7 @@ final class LoopContext: HTTPObserver {
     /// Releases the loop's resources once its connections are gone.
     func close() {
         queuedCues.close()
+        sharedPulls?.close()
         pool.close()
         replicas?.close()
         directory?.close()

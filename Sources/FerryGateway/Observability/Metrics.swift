@@ -266,9 +266,11 @@ public struct ListenerFigures: Sendable {
     }
 }
 
-/// The database a read ran on.
+/// What answered a read: the database it ran on, or (a pull whose only news was in
+/// `shared` tables) the loop's memory of their changes (``SharedPulls``).
 public enum ReadServer: String, CaseIterable, Sendable {
     case primary, replica
+    case sharedCache = "shared_cache"
 }
 
 /// Why a read that could have run on a read replica ran on the primary.

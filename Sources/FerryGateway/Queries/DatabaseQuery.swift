@@ -145,6 +145,12 @@ struct QueryRows {
         return QueryRow(rows: self, index: 0)
     }
 
+    /// The first row of a result that must have at least one.
+    func first() throws(QueryShapeError) -> QueryRow {
+        guard result.count >= 1 else { throw error(.rows(expected: "1 or more", found: 0)) }
+        return QueryRow(rows: self, index: 0)
+    }
+
     fileprivate func error(_ problem: QueryShapeError.Problem) -> QueryShapeError {
         QueryShapeError(query: query.logName, problem: problem)
     }
@@ -184,6 +190,11 @@ struct QueryRow {
     /// The bytes of `column` as PostgreSQL sent them, nil for NULL.
     func bytesIfPresent(_ column: String) throws(QueryShapeError) -> [UInt8]? {
         rows.result.bytes(index, try position(of: column))
+    }
+
+    /// The error for `column`, whose text the caller could not read as `type`.
+    func unreadable(_ column: String, as type: String) -> QueryShapeError {
+        rows.error(.unreadable(column: column, type: type))
     }
 
     private func position(of column: String) throws(QueryShapeError) -> Int {

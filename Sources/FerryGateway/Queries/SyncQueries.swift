@@ -53,6 +53,21 @@ struct SendQueuedCues: SingleRowQuery {
     }
 }
 
+/// `ferry.send_queued_cues_then_notify`: a ``SharedPulls`` barrier, as the gateway. Its
+/// notification reaches the listener behind every cue committed before it was sent, the
+/// cues pushes queued included (sql/ferry/functions/cues.sql).
+struct SendQueuedCuesThenNotify: SingleRowQuery {
+    static let preparedName: String? = "ferry_send_queued_cues_then_notify"
+    static let sql = "select ferry.send_queued_cues_then_notify($1, $2) as sent"
+    static let columns = ["sent"]
+
+    var channel: String
+    var payload: String
+    var parameters: [String?] { [channel, payload] }
+
+    typealias Answer = SendQueuedCues.Answer
+}
+
 /// `ferry.pull`: the changes since a cursor, in the statement's one snapshot. The raw
 /// cursor comes apart from the rest of the answer, so the gateway seals it and splices it
 /// in without parsing the JSON.
@@ -141,4 +156,53 @@ extension SQLState {
     static let replicaBehind = "FRLAG"
     /// `FRPRI`, Ferry's own: only the primary can serve this read.
     static let primaryOnly = "FRPRI"
+}
+
+/// `ferry.shared_pull_state()` and `ferry.shared_changes(since)` in one statement, so in
+/// one snapshot, as `ferry_client` (sql/ferry/functions/shared_pulls.sql): what a loop's
+/// ``SharedChangeCache`` takes in. One row per shared row changed since `since` (the
+/// state repeated on each), or one row with only the state.
+struct SharedChanges: DatabaseQuery {
+    static let preparedName: String? = "ferry_shared_changes"
+    static let sql = """
+        select s.snapshot, s.history::text as history, s.purged_through::text as purged_through,
+            s.purge_xid::text as purge_xid, s.open, r.table_name::text as table_name, r.stamp::text as stamp,
+            r.deleted, r.key::text as key, r.body::text as body
+        from ferry.shared_pull_state() s left join lateral ferry.shared_changes($1::pg_snapshot) r on true
+        """
+    static let columns = [
+        "snapshot", "history", "purged_through", "purge_xid", "open", "table_name", "stamp", "deleted", "key", "body",
+    ]
+
+    /// The snapshot of the cache's last read, nil for its first.
+    var since: String?
+    var parameters: [String?] { [since] }
+
+    static func answer(from rows: QueryRows) throws(QueryShapeError) -> SharedChangeCache.Refresh {
+        let first = try rows.first()
+        let snapshotText: String = try first.decode("snapshot")
+        guard let position = PostgresSnapshot(snapshotText) else {
+            throw first.unreadable("snapshot", as: "pg_snapshot")
+        }
+        guard let history = PullHistory(json: try first.decode("history")) else {
+            throw first.unreadable("history", as: "history_here() object")
+        }
+        let purgedThrough = try first.decodeIfPresent("purged_through", as: String.self).flatMap {
+            PostgresSnapshot.xid($0.utf8)
+        }
+        let purgeXID = try first.decodeIfPresent("purge_xid", as: String.self).flatMap { PostgresSnapshot.xid($0.utf8) }
+        var changed: [String: [String: SharedChangeCache.Row]] = [:]
+        for row in rows.all {
+            guard let table = try row.decodeIfPresent("table_name", as: String.self) else { continue }
+            let stampText: String = try row.decode("stamp")
+            guard let stamp = PostgresSnapshot.xid(stampText.utf8) else { throw row.unreadable("stamp", as: "xid8") }
+            let deleted: Bool = try row.decode("deleted")
+            let key: String = try row.decode("key")
+            let json = deleted ? Array(key.utf8) : try row.bytes("body")
+            changed[table, default: [:]][key] = SharedChangeCache.Row(stamp: stamp, deleted: deleted, json: json)
+        }
+        return SharedChangeCache.Refresh(
+            position: position, history: history, purgedThrough: purgedThrough ?? 0, purgeXID: purgeXID,
+            isOpen: try first.decode("open"), rows: changed, generation: 0, isIncremental: false)
+    }
 }

@@ -2,8 +2,10 @@ import FerryHTTP
 import FerryLoop
 
 /// Gathers the listener's `ferry_cue` notifications on its loop and hands each batch
-/// to every loop's ``CueHub``: one wake-up per loop per batch, not per
-/// notification. Listener loop only.
+/// to every loop's ``SharedPulls`` and ``CueHub``: one wake-up per loop per batch, not per
+/// notification. The barriers of ``SharedPulls`` ride in the same batches, after the cues
+/// that arrived before them, so a loop has taken in every cue a barrier follows when it
+/// hears the barrier. Listener loop only.
 ///
 /// libpq hands over every notification a read brought; the batch goes out right after
 /// that iteration's I/O (an ``IterationHook``), so batching adds no waiting.
@@ -12,6 +14,7 @@ final class CueBatcher {
     private let status: ListenerStatus
     private let logger: Logger
     private var batch: [Cue] = []
+    private var barriers: [String] = []
     private var hook: IterationHook?
 
     init(loop: EventLoop, contexts: [LoopBound<LoopContext>], status: ListenerStatus, logger: Logger) {
@@ -30,13 +33,27 @@ final class CueBatcher {
         batch.append(cue)
     }
 
+    /// Adds one ``SharedPulls`` barrier's payload, after the cues that came before it.
+    func addBarrier(_ payload: String) {
+        barriers.append(payload)
+    }
+
     private func flush() {
-        guard !batch.isEmpty else { return }
+        guard !batch.isEmpty || !barriers.isEmpty else { return }
         let cues = batch
+        let barriers = self.barriers
         batch.removeAll(keepingCapacity: true)
+        self.barriers.removeAll(keepingCapacity: true)
         status.cuesReceived(cues.count)
         for context in contexts {
-            context.loop.execute { context.value.hub.deliver(cues) }
+            context.loop.execute {
+                let context = context.value
+                if let sharedPulls = context.sharedPulls {
+                    sharedPulls.noteCues(cues)
+                    for barrier in barriers { sharedPulls.barrierReached(barrier) }
+                }
+                if !cues.isEmpty { context.hub.deliver(cues) }
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 import FerryAuth
 import FerryHTTP
 import FerryPostgres
+import Foundation
 
 /// `POST /v1/push`, `GET /v1/pull` and `GET /v1/schema`, for callers only: each is the
 /// identity statement and one query (``Push``, ``Pull``, ``TableSchema``) in one pipeline;
@@ -66,7 +67,36 @@ struct SyncRoutes {
 
     private func pull(_ request: HTTPRequest, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext) {
         guard let pull = responder.success(of: pullQuery(request, caller)) else { return }
-        let cursors = self.cursors
+        // A pull whose only news can be shared is answered from the loop's memory of the
+        // shared tables' changes when it can be (SharedPulls); every other by PostgreSQL.
+        guard let sharedPulls = context.sharedPulls, let raw = pull.cursor, let cursor = SettledPullCursor(raw: raw),
+            let user = UUID(uuidString: caller.userID)
+        else { return pullFromDatabase(pull, caller, responder, context) }
+        sharedPulls.decide(cursor, user: user, limit: pull.limit) { decision in
+            switch decision {
+            case .answer(let body, let cursor):
+                context.metrics.pullServed(by: .sharedCache)
+                respond(body: body, cursor: cursor, caller, responder)
+            case .database:
+                pullFromDatabase(pull, caller, responder, context)
+            }
+        }
+    }
+
+    /// Answers a pull: ferry.pull's `body` without its cursor, with `cursor` sealed and spliced in.
+    private func respond(body: [UInt8], cursor: [UInt8], _ caller: Identity, _ responder: HTTPResponder) {
+        var body = body
+        guard body.last == UInt8(ascii: "}") else { return responder.respond(APIError.unexpected.response) }
+        body.removeLast()
+        body.append(contentsOf: #", "cursor": ""#.utf8)
+        body.append(contentsOf: cursors.seal(cursor, for: caller).utf8)
+        body.append(contentsOf: #""}"#.utf8)
+        responder.respond(.json(bytes: body))
+    }
+
+    private func pullFromDatabase(
+        _ pull: Pull, _ caller: Identity, _ responder: HTTPResponder, _ context: LoopContext
+    ) {
         let isAnswer = { (error: PostgresError) in
             pull.cursor != nil
                 && (error.sqlState == SQLState.cursorExpired || Self.unreadableCursor.contains(error.sqlState ?? ""))
@@ -75,13 +105,7 @@ struct SyncRoutes {
             context.metrics.pullServed(by: server)
             switch result {
             case .success(let answer):
-                var body = answer.body
-                guard body.last == UInt8(ascii: "}") else { return responder.respond(APIError.unexpected.response) }
-                body.removeLast()
-                body.append(contentsOf: #", "cursor": ""#.utf8)
-                body.append(contentsOf: cursors.seal(answer.cursor, for: caller).utf8)
-                body.append(contentsOf: #""}"#.utf8)
-                responder.respond(.json(bytes: body))
+                respond(body: answer.body, cursor: answer.cursor, caller, responder)
             case .failure(.database(let error)) where pull.cursor != nil && error.sqlState == SQLState.cursorExpired:
                 responder.respond(APIError.cursorExpired.response)
             case .failure(.database(let error))

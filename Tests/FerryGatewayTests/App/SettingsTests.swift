@@ -26,6 +26,15 @@ import Testing
         #expect(configuration.listenDatabaseURL == configuration.databaseURL)
         #expect(configuration.logFormat == .text)
         #expect(configuration.preparesStatements)
+        #expect(configuration.sharedPullCache)
+    }
+
+    @Test func theSharedPullCacheIsOnOrOff() throws {
+        #expect(
+            try !configuration([], environment: Self.environment.merging(["FERRY_SHARED_PULL_CACHE": "off"]) { $1 })
+                .sharedPullCache)
+        let error = #expect(throws: SettingsError.self) { try configuration(["--shared-pull-cache", "maybe"]) }
+        #expect(error?.description.contains("FERRY_SHARED_PULL_CACHE") == true, "\(String(describing: error))")
     }
 
     @Test func preparedStatementsAreOnOrOff() throws {

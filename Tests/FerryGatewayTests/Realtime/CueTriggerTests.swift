@@ -48,6 +48,32 @@ import Testing
         }
     }
 
+    @Test func aCueNamesTheWritersTransactionAfterItsDevice() async throws {
+        try await withCues { database, inbox, users in
+            let written = try await database.admin.execute(
+                """
+                begin;
+                select set_config('ferry.device_id', 'ana@phone', true);
+                insert into notes (id, user_id) values (1, '\(users[0])') returning _stamp::text;
+                commit;
+                """)
+            let stamp = try #require(written[2][0, 0])
+            // The device may hold an @ itself: the transaction follows the last one.
+            #expect(
+                try await inbox.drain(database.admin, withTransactions: true) == [
+                    "\(users[0]) ana@phone@\(stamp) notes"
+                ])
+            let phone = try await database.connectAsClient(user: users[1], device: "phone")
+            let answer = try await phone.push([["id": 1, "table": "notes", "op": "upsert", "row": ["id": 2]]])
+            #expect(answer.outcomes == ["applied"], "\(answer)")
+            let pushed = try #require(
+                try await database.value("select _stamp::text from notes where id = 2"))
+            // A push's cue, sent after its commit by another transaction, names the push's.
+            #expect(
+                try await inbox.drain(database.admin, withTransactions: true) == ["\(users[1]) phone@\(pushed) notes"])
+        }
+    }
+
     @Test func theWritingDeviceIsNamedWhenSet() async throws {
         try await withCues { database, inbox, users in
             let device = UUID().uuidString.lowercased()
@@ -115,7 +141,9 @@ import Testing
 
     /// Push queues its cues instead of sending them at its commit: nothing is heard until
     /// `ferry.send_queued_cues` (the gateway's call after the commit) sends each distinct
-    /// one once, in its own transaction; a rolled-back push queues nothing.
+    /// one once, in its own transaction; a rolled-back push queues nothing. Each push's
+    /// cue names its own transaction, so two pushes are two cues (one stream cue, coalesced
+    /// by the gateway).
     @Test func aPushQueuesItsCuesUntilTheGatewaySendsThemOnce() async throws {
         try await withCues { database, inbox, users in
             let phone = try await database.connectAsClient(user: users[0], device: "phone")
@@ -127,8 +155,11 @@ import Testing
             }
             #expect(try await inbox.drain(database.admin, sendingQueued: false) == [])
             #expect(try await database.value("select count(*) from ferry.queued_cues") == "2")
-            #expect(try await database.value("select ferry.send_queued_cues()") == "1")
-            #expect(try await inbox.drain(database.admin, sendingQueued: false) == ["\(users[0]) phone notes"])
+            #expect(try await database.value("select ferry.send_queued_cues()") == "2")
+            #expect(
+                try await inbox.drain(database.admin, sendingQueued: false)
+                    == Array(
+                        repeating: "\(users[0]) phone notes", count: 2))
             #expect(try await database.value("select ferry.send_queued_cues()") == "0")
 
             let rolledBack = try await database.connectAsGateway()

@@ -49,8 +49,28 @@ final class CueInbox: Sendable {
     /// pushes queued, as the gateway does after each push's commit (unless not
     /// `sendingQueued`), then a sentinel notification through `sender` and waits for it,
     /// so every transaction committed before this call has been heard (notifications
-    /// arrive in commit order).
-    func drain(_ sender: PostgresClient, sendingQueued: Bool = true) async throws -> [String] {
+    /// arrive in commit order). Each payload's writing transaction (`@<xid>` after the
+    /// device, sql/ferry/functions/cues.sql) is left out unless `withTransactions`, so that
+    /// tests compare `<owner> <device> <table>`.
+    func drain(_ sender: PostgresClient, sendingQueued: Bool = true, withTransactions: Bool = false)
+        async throws -> [String]
+    {
+        let payloads = try await drainPayloads(sender, sendingQueued: sendingQueued)
+        return withTransactions ? payloads : payloads.map(Self.withoutTransaction)
+    }
+
+    /// `payload` without the `@<xid>` that ends its device word, if it has one.
+    static func withoutTransaction(_ payload: String) -> String {
+        var words = payload.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+        guard words.count == 3, let at = words[1].lastIndex(of: "@"),
+            !words[1][words[1].index(after: at)...].isEmpty,
+            words[1][words[1].index(after: at)...].allSatisfy({ ("0"..."9").contains($0) })
+        else { return payload }
+        words[1] = words[1][..<at]
+        return words.joined(separator: " ")
+    }
+
+    private func drainPayloads(_ sender: PostgresClient, sendingQueued: Bool) async throws -> [String] {
         if sendingQueued { try await sender.query("select ferry.send_queued_cues()") }
         let sentinel = "sentinel \(sentinels.add(1, ordering: .relaxed).newValue)"
         try await sender.query("select pg_notify('ferry_cue', $1)", [sentinel])

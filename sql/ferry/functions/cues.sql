@@ -4,12 +4,21 @@
 -- devices no tombstone to pull, is refused. ferry.register_table installs the triggers
 -- (registry.sql).
 --
--- The payload, which the gateway parses, is '<owner> <device> <table>': the owner
+-- The payload, which the gateway parses, is '<owner> <device>@<xid> <table>': the owner
 -- column's uuid as text, or * for a shared table (every user); ferry.device_id when set
--- (the pushing device), else - (an operator's psql, a cron job: they cue like a push);
--- the table's name as clients know it, last, so it may hold anything. Notifications go
--- out at commit, so a rolled-back write cues nobody, and PostgreSQL folds identical
--- payloads of one transaction into one.
+-- (the pushing device), else - (an operator's psql, a cron job: they cue like a push),
+-- with the writing transaction's id after the last @ (ferry.cue_device); the table's
+-- name as clients know it, last, so it may hold anything. Notifications go out at commit,
+-- so a rolled-back write cues nobody, and PostgreSQL folds identical payloads of one
+-- transaction into one (one transaction, one xid: the id folds nothing apart).
+--
+-- The xid tells a gateway whether a device's cursor already saw the change (its snapshot
+-- makes the xid visible), which lets it answer the shared part of a pull without
+-- PostgreSQL (docs/ARCHITECTURE.md, "Shared-change storms"). It rides on the device word
+-- so that a gateway of the previous version, which reads '<owner> <device> <table>',
+-- still delivers every cue during an upgrade or after a rollback: it only names a
+-- device@xid origin that no client takes for its own, and such a client pulls its own
+-- echo, which is harmless.
 --
 -- ferry.skip_cues, a transaction-local setting, silences the triggers: 'on' for every
 -- table (lock heartbeats; an operator's bulk maintenance clients need not hear of:
@@ -20,7 +29,7 @@
 
 -- The one way a cue is sent, whoever sends it: the triggers below, push and WatermelonDB
 -- push cueing their own writes, and any later trigger (a shared table's row trigger). The
--- payload is the whole '<owner> <device> <table>': a NOTIFY on ferry_cue, sent at commit
+-- payload is the whole '<owner> <device>@<xid> <table>': a NOTIFY on ferry_cue, sent at commit
 -- (push's cues reach it through ferry.queue_cue and ferry.send_queued_cues, below).
 -- A one-SELECT SQL function, so the planner inlines it into the caller's query: no call
 -- of its own per cue. Executable by everyone, like pg_notify itself, so a trigger fired
@@ -32,7 +41,7 @@ as $$
 $$;
 
 comment on function ferry.send_cue(text) is
-    'Sends one cue, ''<owner uuid or *> <device or -> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
+    'Sends one cue, ''<owner uuid or *> <device or ->@<xid> <table>'': pg_notify on ferry_cue (at commit); the single entry point every cue goes through';
 
 -- MARK: - Cues out of the push's commit
 
@@ -69,6 +78,8 @@ as $$
 declare
     v_sent integer;
 begin
+    -- Shared with every other send; ferry.send_queued_cues_then_notify waits for them all.
+    perform pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('ferry.queued_cues'));
     perform pg_catalog.set_config('synchronous_commit', 'off', true);
     with taken as (
         delete from ferry.queued_cues q
@@ -85,14 +96,41 @@ $$;
 comment on function ferry.send_queued_cues() is
     'Sends every queued cue (ferry.queued_cues) not being sent by another call, each distinct payload once, in this transaction, committed without waiting for the WAL flush; returns how many';
 
+-- The barrier of a gateway's cache of shared changes (docs/ARCHITECTURE.md, "Shared-change
+-- storms"): once the notification this sends on p_channel reaches a listener, every cue
+-- committed before this call began has reached it too, queued ones included. It waits for
+-- the sends in flight (their shared lock) so that no queued cue is passed by as locked
+-- and sent after it, sends whatever is queued, then notifies; notifications reach a
+-- listener in commit order. A device that pushed and then pulls is thereby known to have
+-- changed its rows before its pull is decided. Run by the gateway (ferry_gateway).
+create or replace function ferry.send_queued_cues_then_notify(p_channel text, p_payload text) returns integer
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_sent integer;
+begin
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.queued_cues'));
+    v_sent := ferry.send_queued_cues();
+    perform pg_catalog.pg_notify(p_channel, p_payload);
+    return v_sent;
+end
+$$;
+
+comment on function ferry.send_queued_cues_then_notify(text, text) is
+    'A barrier: waits for the queued-cue sends in flight, sends every queued cue, then notifies p_channel with p_payload; returns how many cues it sent';
+
 -- MARK: - The cue triggers
 
--- ferry.device_id as a cue names it: one word the gateway can read, else '-'.
+-- ferry.device_id as a cue names it, one word the gateway can read (else '-'), and the
+-- writing transaction's id after an @: '<device>@<xid>' (header of this file). The xid
+-- is the top-level transaction's, the one a row's _stamp holds; pg_current_xact_id()
+-- assigns one to a transaction that has none, which a transaction that wrote has.
+-- Volatile for that reason: a push's queued cue carries the push's own xid.
 create or replace function ferry.cue_device() returns text
-language sql stable
+language sql volatile
 as $$
     select case when d is null or d = '' or pg_catalog.strpos(d, ' ') > 0 or pg_catalog.length(d) > 200
-        then '-' else d end
+        then '-' else d end || '@' || pg_catalog.pg_current_xact_id()::text
     from (select pg_catalog.current_setting('ferry.device_id', true) as d) setting;
 $$;
 
@@ -170,7 +208,7 @@ end
 $$;
 
 comment on function ferry.send_cues() is
-    'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or -> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+    'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or ->@<xid> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
 
 -- MARK: - Rows logical replication applies
 
@@ -223,8 +261,8 @@ comment on function ferry.refuse_truncate() is
 -- MARK: - Grants
 
 revoke all on function ferry.cue_device(), ferry.send_cues(), ferry.send_replicated_cue(), ferry.refuse_truncate(),
-    ferry.queue_cue(text), ferry.send_queued_cues()
+    ferry.queue_cue(text), ferry.send_queued_cues(), ferry.send_queued_cues_then_notify(text, text)
     from public;
 grant execute on function ferry.send_cue(text) to public;
 grant execute on function ferry.cue_device(), ferry.queue_cue(text) to ferry_client;
-grant execute on function ferry.send_queued_cues() to ferry_gateway;
+grant execute on function ferry.send_queued_cues(), ferry.send_queued_cues_then_notify(text, text) to ferry_gateway;

@@ -11,13 +11,19 @@
 -- pull runs no dynamic SQL and PostgreSQL keeps every plan.
 --
 -- The cursor, as SQL sees it (the gateway signs it and makes it opaque):
---   {"since": "<pg_snapshot>"}               done: the next pull returns the rows whose
---                                            change stamp is not visible in that snapshot
+--   {"since": "<pg_snapshot>",               done: the next pull returns the rows whose
+--    "last_mutation_id": N}                  change stamp is not visible in that snapshot,
+--                                            and N is the answer's last_mutation_id
 --   {"since": "<pg_snapshot>" | null,        paging (has_more): the page range is the rows
 --    "until": "<pg_snapshot>",               visible in `until` and not in `since` (null:
 --    "last_mutation_id": N,                  first load, live rows only), after position
 --    "table": "name", "stamp": "xid",        (table, _stamp, primary key); the last page
 --    "key": {primary key}}                   returns {"since": until}.
+-- Either form may also carry "shared_since": the snapshot the `shared` tables are read
+-- from instead of `since`. A gateway writes it when it answers the shared part of a pull
+-- from its cache of shared changes (docs/ARCHITECTURE.md, "Shared-change storms"): the
+-- device's own tables stay at `since`, the shared ones move on. Every answer of this
+-- function ends both at `until` again (a done cursor has no shared_since).
 -- A row changed after `until` leaves the paging range and comes with the next pull: no
 -- row is lost or repeated across pages. last_mutation_id is read in the first page's
 -- snapshot and carried through the pages, because it describes the data of `until`.
@@ -37,6 +43,7 @@ as $$
 declare
     v_cursor jsonb;
     v_since pg_snapshot;
+    v_shared_since pg_snapshot;
     v_until pg_snapshot;
     v_last bigint;
     v_after_table name;
@@ -63,6 +70,10 @@ begin
             raise exception 'pull: invalid cursor' using errcode = '22023';
         end if;
         v_since := (v_cursor ->> 'since')::pg_snapshot;
+        v_shared_since := (v_cursor ->> 'shared_since')::pg_snapshot;
+        if v_shared_since is not null and v_since is null then
+            raise exception 'pull: invalid cursor' using errcode = '22023';
+        end if;
         if v_cursor ? 'until' then
             v_until := (v_cursor ->> 'until')::pg_snapshot;
             v_last := (v_cursor ->> 'last_mutation_id')::bigint;
@@ -84,9 +95,9 @@ begin
         -- The purge horizon (header of this file): a tombstone this cursor has not seen
         -- may be gone. Checked in this statement's snapshot, the one the rows are read in.
         if exists (
-            select from ferry.purge_horizon h
-            where pg_catalog.pg_snapshot_xmin(coalesce(v_since, v_until)) <= h.purged_through
-                and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, coalesce(v_since, v_until))
+            select from ferry.purge_horizon h, (values (coalesce(v_since, v_until)), (v_shared_since)) c (since)
+            where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
+                and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)
         ) then
             raise exception 'pull: the cursor is older than the tombstone purge horizon'
                 using errcode = 'FR409', hint = 'pull without a cursor';
@@ -100,7 +111,8 @@ begin
     end if;
 
     for v_table in
-        select c.relname as name, s.table_name as rel
+        select c.relname as name, s.table_name as rel,
+            case when s.strategy = 'shared' then coalesce(v_shared_since, v_since) else v_since end as since
         from ferry.synced_tables s
         join pg_catalog.pg_class c on c.oid = s.table_name
         where pg_catalog.has_table_privilege(s.table_name, 'select')
@@ -110,7 +122,7 @@ begin
         -- remaining + 1 rows: one more than fits says has_more (with 0 left, whether any remain).
         select * into v_fetched, v_upserts, v_deletes, v_reached
             from ferry.pull_rows(v_table.name, v_table.rel, v_remaining,
-                coalesce(pg_catalog.pg_snapshot_xmin(v_since), '0'::xid8), v_until, v_since,
+                coalesce(pg_catalog.pg_snapshot_xmin(v_table.since), '0'::xid8), v_until, v_table.since,
                 case when v_table.name = v_after_table then v_after_key end, v_after_stamp);
 
         if v_upserts is not null or v_deletes is not null then
@@ -130,9 +142,10 @@ begin
     return pg_catalog.jsonb_build_object(
         'changes', v_changes,
         'cursor', case
-            when v_has_more then (pg_catalog.jsonb_build_object(
-                'since', v_since::text, 'until', v_until::text, 'last_mutation_id', v_last) || v_position || v_here)::text
-            else (pg_catalog.jsonb_build_object('since', v_until::text) || v_here)::text
+            when v_has_more then (pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+                'since', v_since::text, 'shared_since', v_shared_since::text, 'until', v_until::text,
+                'last_mutation_id', v_last)) || v_position || v_here)::text
+            else (pg_catalog.jsonb_build_object('since', v_until::text, 'last_mutation_id', v_last) || v_here)::text
         end,
         'has_more', v_has_more,
         'last_mutation_id', v_last);
