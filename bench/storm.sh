@@ -129,6 +129,6 @@ done
 set -- $CACHES
 if [ $# -eq 2 ]; then
     for f in storm_last_device_ms storm_postgres_cpu_ms storm_gateway_cpu_ms; do
-        printf '  %s: %s / %s = %.2f\n' "$f" "$2" "$1" "$(echo "$(median_of "$2-$f") / $(median_of "$1-$f")" | bc -l)"
+        printf '  %s: %s / %s = %.4f\n' "$f" "$2" "$1" "$(echo "$(median_of "$2-$f") / $(median_of "$1-$f")" | bc -l)"
     done
 fi
