@@ -76,6 +76,18 @@ migrate_database() {
     GATEWAY_URL=${OWNER_URL/:\/\/postgres@/:\/\/ferry_gateway@}
 }
 
+# Makes the bench tables realtime.sh and storm.sh write, when missing, on $OWNER_URL:
+# bench_items (id text, user_id uuid, n int; lww: a user's rows) and bench_news (id int,
+# body text; shared: every user's).
+make_bench_tables() {
+    psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >/dev/null <<'SQL'
+create table if not exists public.bench_items (id text primary key, user_id uuid not null, n int);
+select ferry.register_table('public.bench_items', strategy => 'lww');
+create table if not exists public.bench_news (id int primary key, body text);
+select ferry.register_table('public.bench_news', strategy => 'shared');
+SQL
+}
+
 # Makes the scratch folder $tmp and sets the EXIT trap: stop the gateways, then the
 # script's own `on_exit` when it defines one (what else it started or changed), then
 # delete $tmp (KEEP_TMP=1 keeps it, and says where).

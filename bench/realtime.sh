@@ -73,12 +73,7 @@ make_scratch_folder
 FLOOR=$tmp/tcp-floor
 cc -O2 -o "$FLOOR" bench/tcp-floor.c
 migrate_database
-psql -q -v ON_ERROR_STOP=1 "$OWNER_URL" >/dev/null <<'SQL'
-create table if not exists public.bench_items (id text primary key, user_id uuid not null, n int);
-select ferry.register_table('public.bench_items', strategy => 'lww');
-create table if not exists public.bench_news (id int primary key, body text);
-select ferry.register_table('public.bench_news', strategy => 'shared');
-SQL
+make_bench_tables
 
 # Every stream is a descriptor, in the gateway and in ferry-load.
 ulimit -n "$(ulimit -Hn)"

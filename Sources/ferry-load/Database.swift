@@ -69,6 +69,9 @@ final class Writer: @unchecked Sendable {
         return writer
     }
 
+    /// The process id of the writer's backend (its CPU is the writes', not the pulls').
+    var backendPID: Int32 { loop.runAndWait { self.connection!.backendPID } }
+
     /// Runs one statement now; returns when it was sent and when its answer came (monotonic ns).
     func commit(_ sql: String, _ parameters: [String?] = []) throws -> (sent: UInt64, answered: UInt64) {
         let result = loop.waitForCallback { (done: @escaping (Result<(UInt64, UInt64), PostgresError>) -> Void) in

@@ -14,7 +14,7 @@ enum FerryLoadCLI {
             commands: [
                 SignUpCommand.self, Measurements.Idle.self, Measurements.Latency.self, Measurements.Broadcast.self,
                 Measurements.Churn.self,
-                StreamsWorker.self, FleetCommand.self,
+                StreamsWorker.self, FleetCommand.self, StormCommand.self, StormWorker.self,
             ])
     }
 

@@ -16,7 +16,8 @@ enum FleetCommand: Command {
         Setting("seconds", default: "30", help: "seconds of steady load after every device has loaded"),
         Setting("loops", default: "1", help: "event loops the devices are spread over"),
         Setting(
-            "scenario", default: "steady", help: "steady, reconnect-storm, signup-burst (shared-storm: issue 19 §2)"),
+            "scenario", default: "steady",
+            help: "steady, reconnect-storm, signup-burst (shared storms: ferry-load storm)"),
         Setting("report", help: "the JSON report to write", isOptional: true),
         Setting("server-pids", help: "the gateways' process ids, comma-separated (CPU and RSS)", isOptional: true),
         Setting(
@@ -48,7 +49,7 @@ enum FleetCommand: Command {
         switch scenario {
         case "steady", "reconnect-storm": break
         case "signup-burst": mix.signUpsPerSecond *= 10
-        case "shared-storm": throw LoadError("scenario shared-storm is issue 19 §2, not built yet (FleetScenario hook)")
+        case "shared-storm": throw LoadError("the shared-change storm (issue 19 §2) is ferry-load storm")
         default: throw LoadError("unknown --scenario \(scenario)")
         }
         try mix.validate()

@@ -23,7 +23,7 @@ final class FleetLoop: @unchecked Sendable {
     private let signUpsPerSecond: Double
     private var started: UInt64 = 0
     private var ticker: FerryLoop.Timer?
-    private var streamSets: [[StreamSet]] = []
+    private var streams = DeviceStreams()
     private let sourceBase: (UInt8, UInt8)
 
     // Figures: the whole run's samples (ms) and the current second's.
@@ -52,15 +52,9 @@ final class FleetLoop: @unchecked Sendable {
     /// Starts signing devices up at the loop's share of the rate, and the scheduler tick.
     func start() {
         loop.preconditionInEventLoop()
-        streamSets = servers.map { server in
-            StreamTransport.allCases.map { transport in
-                let set = StreamSet(loop: loop, server: server, transport: transport)
-                set.onOpened = { [unowned self] index in devices[index]?.streamOpened() }
-                set.onCue = { [unowned self] index in devices[index]?.cued() }
-                set.onEnded = { [unowned self] index in devices[index]?.streamEnded() }
-                return set
-            }
-        }
+        streams = DeviceStreams(
+            loop: loop, servers: servers, opened: { [unowned self] in devices[$0]?.streamOpened() },
+            cued: { [unowned self] in devices[$0]?.cued() }, ended: { [unowned self] in devices[$0]?.streamEnded() })
         started = MonotonicClock.now()
         let timer = FerryLoop.Timer(loop: loop)
         timer.start(after: 10, repeat: 10) { [unowned self] in tick() }
@@ -109,12 +103,13 @@ final class FleetLoop: @unchecked Sendable {
     }
 
     func openStream(for device: FleetDevice) {
-        let set = streamSets[device.serverIndex][device.transport == .webSocket ? 0 : 1]
-        set.add(StreamOrder(index: device.index, token: device.token, source: source(for: device.index)))
+        streams.open(
+            StreamOrder(index: device.index, token: device.token, source: source(for: device.index)),
+            server: device.serverIndex, transport: device.transport)
     }
 
     func closeStream(for device: FleetDevice) {
-        for sets in streamSets { for set in sets { set.close(index: device.index) } }
+        streams.close(index: device.index)
     }
 
     var streamsOpen: Int { devices.values.reduce(0) { $0 + ($1.streamOpen ? 1 : 0) } }
@@ -165,7 +160,7 @@ final class FleetLoop: @unchecked Sendable {
     func freeze() { for device in devices.values { device.freeze() } }
 
     func closeEverything() {
-        for sets in streamSets { for set in sets { set.closeAll() } }
+        streams.closeAll()
         for device in devices.values {
             device.phase = .idle
             device.http.close()

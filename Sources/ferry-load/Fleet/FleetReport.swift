@@ -87,22 +87,26 @@ struct ResourceUsage {
             reading.gatewayRSS.append((try? Measurements.residentKiB([pid])) ?? 0)
         }
         if let postmaster {
-            let pids = [postmaster] + children(of: postmaster)
+            let pids = [postmaster] + Self.children(of: postmaster)
             reading.postgresCPU = (try? Measurements.cpuTime(pids).total) ?? 0
             reading.postgresRSS = pids.compactMap { ProcessStatus.kibibytes("VmRSS", of: $0) }.reduce(0, +)
         }
         return reading
     }
 
-    private func children(of parent: Int32) -> [Int32] {
+    /// The live child processes of `parent` (a postmaster's: its backends and helpers).
+    static func children(of parent: Int32) -> [Int32] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        return entries.compactMap { Int32($0) }.filter { pid in
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                let close = stat.lastIndex(of: ")")
-            else { return false }
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            return fields.count > 1 && Int32(fields[1]) == parent
-        }
+        return entries.compactMap { Int32($0) }.filter { self.parent(of: $0) == parent }
+    }
+
+    /// The parent process of `pid` (`/proc/<pid>/stat`), nil when there is no such process here.
+    static func parent(of pid: Int32) -> Int32? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? Int32(fields[1]) : nil
     }
 }
 
