@@ -13,8 +13,6 @@ struct SettledPullCursor: Equatable {
     var lastMutationID: Int
     /// The history it was made in.
     var history: PullHistory
-    /// The text it was read from.
-    var raw: String
 
     /// The snapshot the shared tables are read from: ``sharedSince``, else ``since``.
     var sharedPosition: PostgresSnapshot { sharedSince ?? since }
@@ -51,7 +49,6 @@ struct SettledPullCursor: Equatable {
         self.sharedSince = sharedSince
         self.lastMutationID = lastMutationID
         self.history = history
-        self.raw = raw
     }
 
     /// This cursor's raw text with the shared tables moved on to `position`.

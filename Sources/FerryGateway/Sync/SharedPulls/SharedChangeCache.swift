@@ -83,9 +83,6 @@ struct SharedChangeCache {
     /// Each user's own changes heard since the listener (re)connected.
     private var ownChanges: [UUID: HeardChanges] = [:]
 
-    /// The number of rows held (every table).
-    var rowCount: Int { rows.values.reduce(0) { $0 + $1.count } }
-
     // MARK: - What the listener heard
 
     /// A cue of `user`'s own rows, written by transaction `xid` (nil: a payload without
@@ -151,17 +148,8 @@ struct SharedChangeCache {
     // MARK: - Answering a pull
 
     /// Whether `user`'s pull with `cursor` and `limit` is answered from here, and how.
-    /// Unless `requiringSharedNews`, a pull with no shared rows to get is answered too
-    /// (with none): what ``SharedPulls`` asks before it waits for a barrier, after which
-    /// there may be some.
-    func decide(_ cursor: SettledPullCursor, user: UUID, limit: Int, requiringSharedNews: Bool = true) -> Decision {
-        guard isOpen, let position, let contentHorizon, let ownHorizon, let history,
-            cursor.history.isSameRun(as: history),
-            cursor.since.sees(everythingOf: ownHorizon), cursor.sharedPosition.sees(everythingOf: contentHorizon),
-            !isPurged(after: cursor.since), !isPurged(after: cursor.sharedPosition)
-        else { return .database }
-        if let heard = ownChanges[user], !heard.areVisible(in: cursor.since) { return .database }
-
+    func decide(_ cursor: SettledPullCursor, user: UUID, limit: Int) -> Decision {
+        guard let position, mayAnswer(cursor, user: user) else { return .database }
         let shared = cursor.sharedPosition
         var changed: [(table: String, rows: [(key: String, row: Row)])] = []
         var count = 0
@@ -176,10 +164,23 @@ struct SharedChangeCache {
         // Memory answers only a pull that has shared news to get: one with none might be
         // for a change of the user's own that no cue announced (a lock's heartbeat, a
         // write under ferry.skip_cues), which PostgreSQL then brings.
-        guard !changed.isEmpty || !requiringSharedNews else { return .database }
+        guard !changed.isEmpty else { return .database }
         changed.sort { $0.table < $1.table }
         return .answer(
             body: Self.body(changed, lastMutationID: cursor.lastMutationID), cursor: cursor.movingShared(to: position))
+    }
+
+    /// Whether a pull of `user`'s with `cursor` may be answered from here, rows apart: the
+    /// cursor is of this history, has seen what the horizons had, is not past the purge
+    /// horizon, and has seen every own change of the user the loop heard of. What
+    /// ``SharedPulls`` asks before it waits for a barrier, which only more rows follow.
+    func mayAnswer(_ cursor: SettledPullCursor, user: UUID) -> Bool {
+        guard isOpen, let contentHorizon, let ownHorizon, let history,
+            cursor.history.isSameRun(as: history),
+            cursor.since.sees(everythingOf: ownHorizon), cursor.sharedPosition.sees(everythingOf: contentHorizon),
+            !isPurged(after: cursor.since), !isPurged(after: cursor.sharedPosition)
+        else { return false }
+        return ownChanges[user]?.areVisible(in: cursor.since) ?? true
     }
 
     /// Whether a held row is one `cursor`'s shared snapshot has not seen.

@@ -92,8 +92,7 @@ final class SharedPulls {
         // goes to PostgreSQL at once, whose answer is right whatever the barrier would show
         // (so does one whose own changes the loop already heard of, or whose cursor is too
         // old): the pulls of a quiet day pay nothing for this.
-        guard !isClosed, isStale || isRefreshing || cache.hasNews(for: cursor),
-            cache.decide(cursor, user: user, limit: limit, requiringSharedNews: false) != .database
+        guard !isClosed, isStale || isRefreshing || cache.hasNews(for: cursor), cache.mayAnswer(cursor, user: user)
         else {
             return completion(.database)
         }
