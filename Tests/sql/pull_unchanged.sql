@@ -1,8 +1,9 @@
--- The pull dispatcher's probe (sql/ferry/functions/registry.sql, ferry.install_pull_rows):
--- a table with nothing new for the caller since the cursor is answered without calling
--- its reader, and what it answers is what the reader would; a table with something new,
--- and any table on a first load, is read by its reader as before. And the same probe
--- over every table at once, ferry.pull_candidates, which ferry.pull asks first.
+-- How a steady-state pull skips the tables with nothing new for the caller
+-- (sql/ferry/functions/registry.sql, ferry.install_pull_rows): ferry.pull_candidates
+-- probes every synced table in one statement and names those with something new since
+-- the cursor, ferry.pull calls the dispatcher ferry.pull_rows for those only, and what
+-- the dispatcher answers is what the table's reader answers. And the reader's steady-state
+-- form: rows without positions when they fit in the page, positions when they fill it.
 --
 -- Rows are given change stamps by hand (the stamp trigger off while they are stored), so
 -- that one transaction can hold a cursor's snapshot ("150:150:": stamps below 150 seen)
@@ -23,12 +24,14 @@ set local track_functions = 'all';
 create table public.probe_a (user_id uuid not null, id text not null, title text, primary key (user_id, id));
 create table public.probe_b (like public.probe_a including all);
 create table public.probe_c (like public.probe_a including all);
+create table public.probe_s (id text primary key, title text);
 insert into ferry.users (id) values ('00000000-0000-4000-8000-0000000000d1'), ('00000000-0000-4000-8000-0000000000e2');
 do $$
 begin
     perform ferry.register_table('public.probe_a', strategy => 'lww');
     perform ferry.register_table('public.probe_b', strategy => 'lww');
     perform ferry.register_table('public.probe_c', strategy => 'lww');
+    perform ferry.register_table('public.probe_s', strategy => 'shared');
 end
 $$;
 
@@ -37,12 +40,15 @@ $$;
 alter table public.probe_a disable trigger ferry_stamp;
 alter table public.probe_b disable trigger ferry_stamp;
 alter table public.probe_c disable trigger ferry_stamp;
+alter table public.probe_s disable trigger ferry_stamp;
 insert into public.probe_a (user_id, id, title, _stamp) values
     ('00000000-0000-4000-8000-0000000000d1', 'old', 'seen', '100'), ('00000000-0000-4000-8000-0000000000d1', 'new', 'unseen', '200');
 insert into public.probe_b (user_id, id, title, _stamp) values
     ('00000000-0000-4000-8000-0000000000d1', 'old', 'seen', '100'), ('00000000-0000-4000-8000-0000000000e2', 'new', 'B''s', '200');
 insert into public.probe_c (user_id, id, title, _stamp, _deleted) values
     ('00000000-0000-4000-8000-0000000000d1', 'old', 'seen', '100', false), ('00000000-0000-4000-8000-0000000000d1', 'gone', 'x', '200', true);
+insert into public.probe_s (id, title, _stamp) values ('old', 'seen', '100'), ('new', 'unseen', '200');
+alter table public.probe_s enable trigger ferry_stamp;
 alter table public.probe_a enable trigger ferry_stamp;
 alter table public.probe_b enable trigger ferry_stamp;
 alter table public.probe_c enable trigger ferry_stamp;
@@ -61,15 +67,14 @@ begin
         pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
         pg_catalog.set_config('ferry.device_id', 'd1', true);
     select pg_catalog.to_jsonb(r) into v_answer
-        from ferry.pull_rows(p_name, p_name::regclass, 100, coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'),
-            pg_catalog.pg_current_snapshot(), p_since, null, null) r;
+        from ferry.pull_rows(p_name, 100, pg_catalog.pg_current_snapshot(), p_since, null, null, null) r;
     perform pg_catalog.set_config('role', 'none', true);
     return v_answer;
 end
 $$;
 
--- The same from the table's reader itself.
-create function probe_test.read(p_name name, p_since pg_snapshot) returns jsonb language plpgsql
+-- The same from the table's reader itself, with at most p_limit rows.
+create function probe_test.read(p_name name, p_since pg_snapshot, p_limit integer default 100) returns jsonb language plpgsql
 as $$
 declare
     v_answer jsonb;
@@ -77,9 +82,9 @@ begin
     perform pg_catalog.set_config('role', 'ferry_client', true),
         pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
         pg_catalog.set_config('ferry.device_id', 'd1', true);
-    execute pg_catalog.format('select pg_catalog.to_jsonb(r) from %s($1, 100, $2, pg_catalog.pg_current_snapshot(), $3, null, null) r',
+    execute pg_catalog.format('select pg_catalog.to_jsonb(r) from %s($1, $4, $2, pg_catalog.pg_current_snapshot(), $3, null, null) r',
             (select s.pull_reader from ferry.synced_tables s where s.table_name = p_name::regclass))
-        into v_answer using p_name::regclass, coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'), p_since;
+        into v_answer using p_name::regclass, coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'), p_since, p_limit;
     perform pg_catalog.set_config('role', 'none', true);
     return v_answer;
 end
@@ -93,8 +98,9 @@ as $$
         where t.table_name = p_name::regclass), 0);
 $$;
 
--- ferry.pull_candidates as A, after the cursor "150:150:", read in this statement's snapshot.
-create function probe_test.candidates() returns name[] language plpgsql
+-- ferry.pull_candidates as A, after the cursor "150:150:" (the shared tables after
+-- p_shared_since, when given), read in this statement's snapshot.
+create function probe_test.candidates(p_shared_since pg_snapshot default null) returns name[] language plpgsql
 as $$
 declare
     v_answer name[];
@@ -102,13 +108,13 @@ begin
     perform pg_catalog.set_config('role', 'ferry_client', true),
         pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
         pg_catalog.set_config('ferry.device_id', 'd1', true);
-    v_answer := ferry.pull_candidates('150', pg_catalog.pg_current_snapshot(), '150:150:');
+    v_answer := ferry.pull_candidates(pg_catalog.pg_current_snapshot(), '150:150:', p_shared_since);
     perform pg_catalog.set_config('role', 'none', true);
     return v_answer;
 end
 $$;
 
-select plan(16);
+select plan(21);
 
 -- What each reader answers, called directly (each call counted).
 create temp table expected as
@@ -116,39 +122,62 @@ select n, probe_test.read(n, '150:150:') as answer from unnest('{probe_a,probe_b
 select is((select pg_catalog.array_agg(probe_test.reader_calls(n) order by n) from unnest('{probe_a,probe_b,probe_c}'::name[]) n),
     '{1,1,1}'::bigint[], 'each reader called once directly');
 
--- Through the dispatcher.
+-- Through the dispatcher: the reader's answer.
 select is(probe_test.pulled('probe_a', '150:150:'), (select e.answer from expected e where e.n = 'probe_a'),
     'probe_a, a new row: the reader''s answer');
 select is(pg_catalog.jsonb_path_query_array(probe_test.pulled('probe_a', '150:150:'), '$.upserts[*].id'), '["new"]',
     'probe_a: the new row only');
-select is(probe_test.reader_calls('probe_a'), 3::bigint, 'probe_a, with a new row: its reader is called');
 select is(probe_test.pulled('probe_b', '150:150:'), (select e.answer from expected e where e.n = 'probe_b'),
     'probe_b, nothing new for A (B''s new row is not A''s): the reader''s answer');
 select is(probe_test.pulled('probe_b', '150:150:') ->> 'fetched', '0', 'probe_b: nothing fetched');
-select is(probe_test.reader_calls('probe_b'), 1::bigint, 'probe_b: its reader is not called');
 select is(probe_test.pulled('probe_c', '150:150:'), (select e.answer from expected e where e.n = 'probe_c'),
     'probe_c, a new tombstone: the reader''s answer');
 select is(probe_test.pulled('probe_c', '150:150:') -> 'deletes', '[{"id": "gone", "user_id": "00000000-0000-4000-8000-0000000000d1"}]'::jsonb,
     'probe_c: the delete');
-
--- A first load reads every table through its reader.
+-- A first load.
 select is(probe_test.pulled('probe_b', null) -> 'upserts' -> 0 ->> 'title', 'seen', 'probe_b, first load: A''s row');
-select is(probe_test.reader_calls('probe_b'), 2::bigint, 'probe_b, first load: its reader is called');
+
+-- The reader's steady state: rows that fit in the page come without a position; a page
+-- they fill comes with the position of its last row.
+select is(probe_test.read('probe_a', '150:150:', 2) -> 'reached', 'null'::jsonb, 'fewer rows than the limit: no position');
+select is(probe_test.read('probe_a', '150:150:', 1) - 'reached', probe_test.read('probe_a', '150:150:', 2) - 'reached',
+    'a page the rows fill: the same rows');
+select is(probe_test.read('probe_a', '150:150:', 1) -> 'reached' -> 'key' ->> 'id', 'new', 'a page the rows fill: its last row''s position');
+select is(probe_test.read('probe_a', '150:150:', 0) ->> 'fetched', '1', 'an empty page: whether anything remains');
 
 -- All tables at once.
 select ok('probe_a' = any (probe_test.candidates()) and 'probe_c' = any (probe_test.candidates()),
     'candidates: the tables with something new for A');
 select ok(not 'probe_b' = any (probe_test.candidates()), 'candidates: not the table with nothing new for A');
-select is((select pg_catalog.array_agg(c.relname::text order by c.relname) from ferry.synced_tables s
-        join pg_catalog.pg_class c on c.oid = s.table_name where s.owner_column is null and c.relname = any (probe_test.candidates())),
-    (select pg_catalog.array_agg(c.relname::text order by c.relname) from ferry.synced_tables s
-        join pg_catalog.pg_class c on c.oid = s.table_name where s.owner_column is null),
-    'candidates: every shared table, unprobed');
-select is(pg_catalog.cardinality(probe_test.candidates()) - (select pg_catalog.count(*)::integer from ferry.synced_tables s
-        where s.owner_column is null), 2, 'candidates: no other per-user table');
--- A synced table the caller may not read: no candidates (pull asks every table, as before).
+select ok('probe_s' = any (probe_test.candidates()), 'candidates: a shared table with a row new since the cursor');
+select ok(not 'probe_s' = any (probe_test.candidates('250:250:')), 'candidates: a shared table read after shared_since, nothing new since it');
+select is((select pg_catalog.array_agg(c order by o) from unnest(probe_test.candidates()) with ordinality u(c, o)),
+    (select pg_catalog.array_agg(c order by c) from unnest(probe_test.candidates()) c), 'candidates: in name order');
+
+-- ferry.pull after the cursor calls the readers of the candidates only.
+create temp table before_pull as
+select n, probe_test.reader_calls(n) as calls from unnest('{probe_a,probe_b,probe_c}'::name[]) n;
+select is(
+    (select pg_catalog.jsonb_object_keys(ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 100) -> 'changes')
+        where pg_catalog.set_config('role', 'ferry_client', true) is not null
+            and pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true) is not null
+            and pg_catalog.set_config('ferry.device_id', 'd1', true) is not null
+        order by 1 limit 1),
+    'probe_a', 'pull after the cursor: A''s new rows');
+reset role;
+select is((select pg_catalog.array_agg(probe_test.reader_calls(b.n) - b.calls order by b.n) from before_pull b),
+    '{1,0,1}'::bigint[], 'pull after the cursor: probe_b''s reader is not called');
+
+-- A synced table the caller may not read: no candidates (pull asks every table it may
+-- read, as on a first load).
 revoke select on public.probe_b from ferry_client;
 select is(probe_test.candidates(), null, 'candidates: null when the caller may not read every synced table');
+select ok((select ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 100) -> 'changes' ? 'probe_a'
+        where pg_catalog.set_config('role', 'ferry_client', true) is not null
+            and pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true) is not null
+            and pg_catalog.set_config('ferry.device_id', 'd1', true) is not null),
+    'pull as a caller that may not read every synced table: the tables it may read');
+reset role;
 
 select * from finish();
 rollback;

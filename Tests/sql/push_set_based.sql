@@ -118,7 +118,14 @@ insert into floor_test.batches values
         {"id": 40, "table": "floor_lww", "op": "upsert", "row": {"id": "k17", "title": "s"}},
         {"id": 41, "table": "floor_lww", "op": "upsert", "row": {"id": "k18", "title": "\u0000"}},
         {"id": 42, "table": "floor_lww", "op": "upsert", "row": {"id": "k19", "title": "s"}},
-        {"id": 43, "table": "floor_lww", "op": "upsert", "row": {"id": "k20", "title": "s"}}]}$b$);
+        {"id": 43, "table": "floor_lww", "op": "upsert", "row": {"id": "k20", "title": "s"}}]}$b$),
+    -- A run whose statement refuses a key given in another JSON type than its column's
+    -- (a string for an integer, which a cast would take): through the loop.
+    (5, $b${"mutations": [
+        {"id": 50, "table": "floor_other", "op": "upsert", "row": {"id": 5, "label": "e"}},
+        {"id": 51, "table": "floor_other", "op": "upsert", "row": {"id": "6", "label": "f"}},
+        {"id": 52, "table": "floor_other", "op": "upsert", "row": {"id": 7, "label": "g"}},
+        {"id": 53, "table": "floor_other", "op": "upsert", "row": {"id": 8, "label": "h"}}]}$b$);
 
 -- One push of batch p_n by user p_letter (a or b) from device p_device, as a request
 -- makes it (the body as text, ferry.push_body); the answer.
@@ -187,7 +194,7 @@ insert into floor_test.answers
 select 'b', b.n, floor_test.push('b', 'loop', b.n), floor_test.rows('b'), floor_test.set_based_calls()
 from floor_test.batches b order by b.n;
 
-select plan(13);
+select plan(17);
 
 -- The loop's answers, as they are (their messages aside): so the comparison below is of
 -- what the loop answers, not of two equal mistakes.
@@ -218,11 +225,18 @@ select is((select a.rows from floor_test.answers a where a.letter = 'a' and a.n 
 -- A's took the set-based path, B's never did: the calls that wrote, counted as the
 -- transaction goes (a call that fails is not counted). Batch 1 is one run; batch 2 has
 -- eight runs of two or more, of which three write (positions 0-1, 3-4 and 27-28) and
--- five fail and go through the loop; batches 3 and 4 have one each.
+-- five fail and go through the loop; batches 3 and 4 have one each; batch 5's one run
+-- fails on its string key.
 select is((select pg_catalog.array_agg(a.calls order by a.n) from floor_test.answers a where a.letter = 'a'),
-    '{1,4,5,6}'::bigint[], 'A''s batches: the set-based statement wrote each run that it could');
+    '{1,4,5,6,6}'::bigint[], 'A''s batches: the set-based statement wrote each run that it could');
 select is((select pg_catalog.array_agg(a.calls order by a.n) from floor_test.answers a where a.letter = 'b'),
-    '{6,6,6,6}'::bigint[], 'B''s batches, every table with a trigger of its own: never');
+    '{6,6,6,6,6}'::bigint[], 'B''s batches, every table with a trigger of its own: never');
+select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*].status') from floor_test.answers a
+        where a.letter = 'a' and a.n = 5),
+    '["applied", "rejected", "applied", "applied"]'::jsonb, 'batch 5: the string key rejected, the others applied');
+select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*] ? (@.status == "rejected").code') from floor_test.answers a
+        where a.letter = 'a' and a.n = 5),
+    '["invalid_row"]'::jsonb, 'batch 5: invalid_row, as the loop answers it');
 
 select * from finish();
 rollback;

@@ -431,11 +431,15 @@ $_$;
 --
 
 CREATE FUNCTION ferry.cue_device() RETURNS text
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-    select case when d is null or d = '' or pg_catalog.strpos(d, ' ') > 0 or pg_catalog.length(d) > 200
-        then '-' else d end || '@' || pg_catalog.pg_current_xact_id()::text
-    from (select pg_catalog.current_setting('ferry.device_id', true) as d) setting;
+declare
+    v_device text := pg_catalog.current_setting('ferry.device_id', true);
+begin
+    return case when v_device is null or v_device = '' or pg_catalog.strpos(v_device, ' ') > 0
+            or pg_catalog.length(v_device) > 200
+        then '-' else v_device end || '@' || pg_catalog.pg_current_xact_id()::text;
+end
 $$;
 
 
@@ -832,6 +836,7 @@ declare
     v_object text;
     v_after text;
     v_query text;
+    v_changes text;
     v_resume_from text;
     v_resume_where text;
     -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
@@ -872,6 +877,31 @@ begin
                 order by t._stamp, %1$s
                 limit p_limit + 1
             ) r;$query$;
+    -- The steady state, a pull after a cursor that fits in its page: the same rows without
+    -- their positions (row numbers, each row's key, the last one reached), which only a
+    -- page that ends inside this table needs. %1$s is the primary key as the subquery's
+    -- k1, k2, …; %2$s orders by it.
+    v_changes := pg_catalog.format($query$select pg_catalog.count(*)::integer,
+                pg_catalog.jsonb_agg(r.body order by r.stamp, %2$s) filter (where not r.deleted),
+                pg_catalog.jsonb_agg(r.key order by r.stamp, %2$s) filter (where r.deleted)
+            into fetched, upserts, deletes
+            from (
+                select t._stamp as stamp, t._deleted as deleted, %1$s,
+                    pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
+                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
+                    case when t._deleted then pg_catalog.jsonb_build_object(%3$s) end as key
+                from %4$s t
+                where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                    and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                    and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)
+                order by t._stamp, %5$s
+                limit p_limit + 1
+            ) r;$query$,
+        (select pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', k.name, k.ordinal), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k),
+        (select pg_catalog.string_agg(pg_catalog.format('r.k%s', k.ordinal), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k),
+        v_object, p_table, v_order);
     v_resume_from := pg_catalog.format(', pg_catalog.jsonb_populate_record(null::%s, p_after_key) p', p_table);
     v_resume_where := pg_catalog.format(' and (t._stamp, %s) > (p_after_stamp, %s)', v_order, v_after);
 
@@ -900,6 +930,13 @@ begin
                     p_table
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';
             end if;
+            if p_since is not null and p_after_key is null then -- changes since the cursor: the steady state
+            %8$s
+                if fetched < p_limit then
+                    return;
+                end if;
+                -- A full page: read again with the positions the next page starts from.
+            end if;
             if p_since is null and p_after_key is null then -- first load
             %4$s
             elsif p_since is null then -- first load, resuming inside this table
@@ -917,7 +954,8 @@ begin
             pg_catalog.format(v_query, v_order, v_object, p_table, '',
                 'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', ''),
             pg_catalog.format(v_query, v_order, v_object, p_table, v_resume_from,
-                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where)));
+                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where),
+            v_changes));
     execute pg_catalog.format(
         'comment on function ferry.%I is %L', v_reader,
         pg_catalog.format('ferry.pull''s reader of %s, built by ferry.install_pull_reader: not to be edited', p_table));
@@ -945,36 +983,42 @@ CREATE FUNCTION ferry.install_pull_rows() RETURNS void
     AS $_$
 declare
     v_branches text;
+    v_probes text;
+    v_readable text;
     v_refusal text := $refusal$raise exception 'pull: synced table %% has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';$refusal$;
 begin
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.install_pull_rows'));
     select pg_catalog.string_agg(pg_catalog.format(
             $branch$
-            %s p_name = %L then
-                if p_since is not null and not exists (
-                    select from %s t
-                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))
-                then
-                    fetched := 0;
-                    return;
-                end if;
+            %1$s p_name = %2$L then
                 select * into fetched, upserts, deletes, reached
-                    from %s(p_table, p_limit, p_from, p_until, p_since, p_after_key, p_after_stamp);$branch$,
-            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.table_name, b.pull_reader), ''
-            order by b.position)
-        into v_branches
+                    from %3$s(pg_catalog.to_regclass(%4$L), p_limit, coalesce(pg_catalog.pg_snapshot_xmin(%5$s), '0'),
+                        p_until, %5$s, p_after_key, p_after_stamp);$branch$,
+            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.pull_reader, b.table_name::text,
+            case when b.strategy = 'shared' then 'coalesce(p_shared_since, p_since)' else 'p_since' end), ''
+            order by b.position),
+        pg_catalog.string_agg(pg_catalog.format(
+            $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
+                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
+            E'\n                union all ' order by b.position),
+        pg_catalog.string_agg(pg_catalog.format('pg_catalog.has_table_privilege(pg_catalog.to_regclass(%L), ''select'')',
+            b.table_name::text), E'\n                and ' order by b.position)
+        into v_branches, v_probes, v_readable
         from (
-            select c.relname, s.table_name, s.pull_reader, pg_catalog.row_number() over (order by c.relname) as position
+            select c.relname, s.table_name, s.strategy, s.pull_reader,
+                pg_catalog.row_number() over (order by c.relname) as position
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
         ) b;
     execute pg_catalog.format(
         $function$
         create or replace function ferry.pull_rows(
-            p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot,
+            p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot,
             p_after_key jsonb, p_after_stamp xid8,
             out fetched integer, out upserts jsonb, out deletes jsonb, out reached jsonb)
         language plpgsql stable
@@ -992,29 +1036,13 @@ begin
                 else pg_catalog.format(E'%s\n            else\n                %s\n            end if;', v_branches,
                     pg_catalog.format(v_refusal)) end));
     revoke all on function
-        ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) from public;
+        ferry.pull_rows(name, integer, pg_snapshot, pg_snapshot, pg_snapshot, jsonb, xid8) from public;
     grant execute on function
-        ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) to ferry_client;
+        ferry.pull_rows(name, integer, pg_snapshot, pg_snapshot, pg_snapshot, jsonb, xid8) to ferry_client;
 
-    -- ferry.pull_candidates: the same probe for every per-user table in ONE statement.
-    select pg_catalog.string_agg(case when b.owner_column is null then pg_catalog.format('select %L::name', b.relname)
-            else pg_catalog.format(
-                $probe$select %L::name where exists (
-                    select from %s t
-                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))$probe$,
-                b.relname, b.table_name) end,
-            E'\n                union all ' order by b.relname)
-        into v_branches
-        from (
-            select c.relname, s.table_name, s.owner_column
-            from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
-            where s.pull_reader is not null
-        ) b;
     execute pg_catalog.format(
         $function$
-        create or replace function ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot)
+        create or replace function ferry.pull_candidates(p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot)
         returns name[]
         language plpgsql stable
         as %L
@@ -1024,15 +1052,18 @@ begin
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
         -- rebuilds it. Columns are always named through an alias.
         #variable_conflict use_variable
+        declare
+            v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
         begin
+            if not coalesce(%s, false) then
+                return null;
+            end if;
             return array(%s);
-        exception when insufficient_privilege then
-            return null;
         end
         $body$,
-            coalesce(v_branches, 'select null::name where false')));
-    revoke all on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) from public;
-    grant execute on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) to ferry_client;
+            coalesce(v_readable, 'true'), coalesce(v_probes, 'select null::name where false')));
+    revoke all on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) from public;
+    grant execute on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) to ferry_client;
 end
 $_$;
 
@@ -1041,7 +1072,7 @@ $_$;
 -- Name: FUNCTION install_pull_rows(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the dispatcher ferry.pull calls: one branch per synced table calling its pull reader with static SQL (after a probe for anything new since the cursor), and ferry.pull_candidates, the probe of every per-user table in one statement. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the dispatcher ferry.pull calls (one branch per synced table calling its pull reader with static SQL), and ferry.pull_candidates, the probe of every synced table for something new since the cursor in one statement. Called by ferry.register_table.';
 
 
 --
@@ -1180,8 +1211,18 @@ begin
                     -- column's place among the writable ones, read once per run.
                     pg_catalog.string_agg(pg_catalog.format('%L = any (p_given)', a.attname), ', ' order by a.attnum)
                         as given,
-                    pg_catalog.string_agg(pg_catalog.format('case when v_given[%s] then p.%I else %s end',
-                        a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
+                    -- The owner is the caller (push checked a given one is); a key column's
+                    -- value must come in its JSON type (ferry.key_json_type), else the
+                    -- statement fails and push writes the run mutation by mutation.
+                    pg_catalog.string_agg(case
+                        when a.attname = s.owner_column then 'v_user'
+                        when a.key_type is not null then pg_catalog.format(
+                            'case when v_given[%s] then case when pg_catalog.jsonb_typeof(r.value -> %L) = %L then p.%I'
+                                ' else ferry.refuse_key_type(p.%I, %L) end else %s end',
+                            a.n, a.attname, a.key_type, a.attname, a.attname, a.attname,
+                            coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null'))
+                        else pg_catalog.format('case when v_given[%s] then p.%I else %s end',
+                            a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')) end,
                         E',\n                    ' order by a.attnum) as values_given,
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when v_given[%2$s] or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.n), E',\n                    ' order by a.attnum) filter (where not exists (
@@ -1189,7 +1230,9 @@ begin
                         as sets_given
                 from (
                     select a.attrelid, a.attnum, a.attname, a.attisdropped, a.attgenerated,
-                        pg_catalog.row_number() over (order by a.attnum) as n
+                        pg_catalog.row_number() over (order by a.attnum) as n,
+                        (select ferry.key_json_type(k.type_id) from ferry.primary_key(s.table_name) k
+                            where k.attnum = a.attnum) as key_type
                     from pg_catalog.pg_attribute a
                     where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                         and a.attname <> all (ferry.unwritable_columns())
@@ -1231,6 +1274,7 @@ begin
         #variable_conflict use_variable
         declare
             v_given boolean[];
+            v_user uuid := ferry.uid();
         begin%s
             return false;
         end
@@ -1431,6 +1475,33 @@ begin
     return v_n;
 end
 $$;
+
+
+--
+-- Name: key_json_type(oid); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.key_json_type(p_type oid) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+begin
+    return (
+        select case when y.typcategory in ('A', 'C') or y.base in (114, 3802) then null
+                when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
+                else 'string' end
+        from (
+            select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
+            from pg_catalog.pg_type t where t.oid = p_type
+        ) y);
+end
+$$;
+
+
+--
+-- Name: FUNCTION key_json_type(p_type oid); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.key_json_type(p_type oid) IS 'The JSON type (number, boolean, string) a key column of this type must come in, as pull sends it; null when push does not check it (arrays, composites, json, jsonb)';
 
 
 --
@@ -1769,13 +1840,13 @@ declare
     v_changes jsonb := '{}'::jsonb;
     v_has_more boolean := false;
     v_position jsonb;
-    v_table record;
+    v_tables name[];
+    v_table name;
     v_fetched integer;
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
     v_here jsonb := ferry.history_here();
-    v_candidates name[];
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -1827,33 +1898,37 @@ begin
         v_last := coalesce(v_last, 0);
     end if;
 
-    -- After a cursor, only the tables that may have something new for the caller
-    -- (ferry.pull_candidates, registry.sql: one statement of index probes; null: all).
+    -- After a cursor, only the tables with something new for the caller (one statement of
+    -- index probes, ferry.pull_candidates, registry.sql); on a first load, or when it
+    -- answers null, every table the caller may read.
     if v_since is not null then
-        v_candidates := ferry.pull_candidates(pg_catalog.pg_snapshot_xmin(v_since), v_until, v_since);
+        v_tables := ferry.pull_candidates(v_until, v_since, v_shared_since);
     end if;
-    for v_table in
-        select c.relname as name, s.table_name as rel,
-            case when s.strategy = 'shared' then coalesce(v_shared_since, v_since) else v_since end as since
-        from ferry.synced_tables s
-        join pg_catalog.pg_class c on c.oid = s.table_name
-        where pg_catalog.has_table_privilege(s.table_name, 'select')
-            and (v_after_table is null or c.relname >= v_after_table)
-            and (v_candidates is null or c.relname = any (v_candidates))
-        order by c.relname
-    loop
+    if v_tables is null then
+        v_tables := array(
+            select c.relname
+            from ferry.synced_tables s
+            -- By the table's oid, one lookup per registered table (offset 0 keeps the
+            -- planner from hashing a scan of all of pg_class instead).
+            cross join lateral (
+                select c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+            ) c
+            where pg_catalog.has_table_privilege(s.table_name, 'select')
+            order by c.relname);
+    end if;
+    foreach v_table in array v_tables loop
+        continue when v_table < v_after_table;
         -- remaining + 1 rows: one more than fits says has_more (with 0 left, whether any remain).
         select * into v_fetched, v_upserts, v_deletes, v_reached
-            from ferry.pull_rows(v_table.name, v_table.rel, v_remaining,
-                coalesce(pg_catalog.pg_snapshot_xmin(v_table.since), '0'::xid8), v_until, v_table.since,
-                case when v_table.name = v_after_table then v_after_key end, v_after_stamp);
+            from ferry.pull_rows(v_table, v_remaining, v_until, v_since, v_shared_since,
+                case when v_table = v_after_table then v_after_key end, v_after_stamp);
 
         if v_upserts is not null or v_deletes is not null then
-            v_changes := v_changes || pg_catalog.jsonb_build_object(v_table.name, pg_catalog.jsonb_build_object(
+            v_changes := v_changes || pg_catalog.jsonb_build_object(v_table, pg_catalog.jsonb_build_object(
                 'upserts', coalesce(v_upserts, '[]'), 'deletes', coalesce(v_deletes, '[]')));
         end if;
         if v_reached is not null then
-            v_position := v_reached || pg_catalog.jsonb_build_object('table', v_table.name);
+            v_position := v_reached || pg_catalog.jsonb_build_object('table', v_table);
         end if;
         if v_fetched > v_remaining then
             v_has_more := true;
@@ -1884,28 +1959,31 @@ COMMENT ON FUNCTION ferry.pull(p_cursor text, p_limit integer) IS 'GET /v1/pull 
 
 
 --
--- Name: pull_candidates(xid8, pg_snapshot, pg_snapshot); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot) RETURNS name[]
+CREATE FUNCTION ferry.pull_candidates(p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot) RETURNS name[]
     LANGUAGE plpgsql STABLE
     AS $$
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
         -- rebuilds it. Columns are always named through an alias.
         #variable_conflict use_variable
+        declare
+            v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
         begin
+            if not coalesce(true, false) then
+                return null;
+            end if;
             return array(select null::name where false);
-        exception when insufficient_privilege then
-            return null;
         end
         $$;
 
 
 --
--- Name: pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8); Type: FUNCTION; Schema: ferry; Owner: -
+-- Name: pull_rows(name, integer, pg_snapshot, pg_snapshot, pg_snapshot, jsonb, xid8); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
-CREATE FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) RETURNS record
+CREATE FUNCTION ferry.pull_rows(p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) RETURNS record
     LANGUAGE plpgsql STABLE
     AS $$
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
@@ -2186,113 +2264,50 @@ begin
 
     v_last := ferry.lock_device();
 
-    -- Everything push needs about the tables the batch names, in one catalog query:
-    -- owner, primary key, the columns a client may write, the key match, and what each
-    -- op does under the table's strategy (ferry.write_rule, strategies.sql).
-    select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
-            'oid', c.oid::bigint, 'owner', s.owner_column,
-            'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
-            'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
-                'table', ferry.write_rule(s.strategy, null, c.relname),
-                'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
-                'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
-                'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
-        into v_tables
-        from ferry.synced_tables s
-        -- By the table's oid, one lookup per registered table (offset 0 keeps the planner
-        -- from hashing a scan of all of pg_class instead).
-        cross join lateral (
-            select c.oid, c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
-        ) c
-        cross join lateral (
-            select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
-                pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
-                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', p.name), ' and ' order by p.ordinal)
-                    as match,
-                -- The JSON type pull sends each key column's values as (to_jsonb's rule, by
-                -- the base type): a key must come in that type, or the device's copy and the
-                -- server's would not match. Arrays, composites and jsonb keys are not checked.
-                -- A domain counts as its base type (one level) and shares its category.
-                pg_catalog.jsonb_object_agg(p.name, case
-                    when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
-                    else 'string' end) filter (where y.typcategory not in ('A', 'C') and y.base not in (114, 3802))
-                    as types
-            from ferry.primary_key(c.oid) p
-            cross join lateral (
-                select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
-                from pg_catalog.pg_type t where t.oid = p.type_id
-            ) y
-        ) k
-        cross join lateral (
-            select pg_catalog.jsonb_object_agg(a.attname, true) as names
-            from pg_catalog.pg_attribute a
-            where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
-                and a.attname <> all (ferry.unwritable_columns())
-        ) cols
-        -- Whether one statement answers a run of the table's upserts as the loop would (the
-        -- header): no trigger but Ferry's own and foreign key checks between this table and
-        -- others (a deferred unique check is a trigger too), no policy but Ferry's.
-        cross join lateral (
-            select not exists (
-                    select from pg_catalog.pg_trigger g
-                    where g.tgrelid = c.oid
-                        and g.tgname not in ('ferry_stamp', 'ferry_cue_insert', 'ferry_cue_update', 'ferry_cue_delete',
-                            'ferry_tombstone_delete', 'ferry_refuse_truncate')
-                        and not (g.tgisinternal and g.tgconstrrelid not in (0, c.oid) and exists (
-                            select from pg_catalog.pg_proc f where f.oid = g.tgfoid and f.proname like 'RI\_FKey\_%'))
-                ) and not exists (
-                    select from pg_catalog.pg_policy y
-                    where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
-                ) as ok
-        ) sb
-        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(v_list) m);
+    v_tables := ferry.push_tables(v_list);
 
     -- The runs the set-based path writes (header), by the position of their first mutation:
-    -- {"<first>": {"last": position, "table", "given": [columns], "ids": [...], "rows": [...]}}.
-    -- Each step is a materialized CTE, so that each value is computed once per mutation.
+    -- {"<first>": {"last": position, "table", "given": [columns]}}. The run's rows stay in
+    -- the batch: ferry.upsert_rows reads them from it by position and writes the caller as
+    -- their owner, and checks their key columns' JSON types (registry.sql). Each step is a
+    -- materialized CTE, so that each value is computed once per mutation; no
+    -- set-returning function runs per mutation (each cost more than the rest of the row's
+    -- checks together).
     with mutation as materialized (
-        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name, l.m ->> 'op' as op,
-            pg_catalog.jsonb_typeof(l.m -> 'table') as table_type, l.m -> 'row' as given_row,
+        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name,
+            l.m ->> 'op' = 'upsert' and pg_catalog.jsonb_typeof(l.m -> 'table') = 'string'
+                and pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' as upsert,
+            (l.m -> 'row') - 'updated_at' as given_row,
             pg_catalog.max((l.m ->> 'id')::bigint) over (order by l.o rows between unbounded preceding and 1 preceding)
                 as before
         from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
     ), writable as materialized (
         -- The tables whose upserts one statement may write, once each.
-        select tt.key as name, tt.value ->> 'owner' as owner, tt.value -> 'columns' as columns,
-            array(select pg_catalog.jsonb_array_elements_text(tt.value -> 'key')) as key,
-            tt.value -> 'key_types' as key_types
+        select tt.key as name, tt.value ->> 'owner' as owner,
+            array(select pg_catalog.jsonb_object_keys(tt.value -> 'columns')) as columns
         from pg_catalog.jsonb_each(v_tables) tt
         where (tt.value ->> 'set_based')::boolean and not tt.value -> 'rules' -> 'table' ? 'refused'
             and tt.value -> 'rules' -> 'upsert' ->> 'op' = 'upsert'
             and tt.value -> 'rules' -> 'upsert' ->> 'live' = 'overwrite'
             and not (tt.value -> 'rules' -> 'upsert' ->> 'held')::boolean
-    ), candidate as materialized (
-        -- The row as the loop writes it: updated_at dropped, the owner the caller.
-        select m.position, m.id, m.name, t.columns, t.key, t.key_types,
-            m.given_row - 'updated_at' || pg_catalog.jsonb_build_object(t.owner, v_user) as row
+    ), eligible as materialized (
+        -- New by its id, storable, the owner omitted or the caller's, every given column
+        -- writable (nothing left once they are removed); its columns but the owner (which
+        -- the statement writes anyway) as a JSON array, in jsonb's key order, so that one
+        -- set of columns is one array.
+        select m.position, m.name, pg_catalog.jsonb_path_query_array(m.given_row - t.owner, '$.keyvalue().key') as given
         from mutation m
         join writable t on t.name = m.name
-        where m.id > greatest(v_last, m.before) and m.op = 'upsert' and m.table_type = 'string'
+        where m.upsert and m.id > greatest(v_last, m.before)
             and (p_unstorable is null or not p_unstorable ? m.position::text)
-            and pg_catalog.jsonb_typeof(m.given_row) = 'object'
             and coalesce(pg_catalog.jsonb_typeof(m.given_row -> t.owner), 'null') in ('null', 'string')
             and coalesce(m.given_row ->> t.owner, v_user::text) = v_user::text
-    ), eligible as materialized (
-        select c.position, c.id, c.name, c.row, g.given
-        from candidate c
-        cross join lateral (select array(select pg_catalog.jsonb_object_keys(c.row)) as given) g
-        where c.columns ?& g.given and g.given @> c.key
-            and not exists (
-                select from pg_catalog.unnest(c.key) k
-                where pg_catalog.jsonb_typeof(c.row -> k) = 'null'
-                    or pg_catalog.jsonb_typeof(c.row -> k) <> coalesce(c.key_types ->> k, pg_catalog.jsonb_typeof(c.row -> k)))
+            and m.given_row - t.columns = '{}'::jsonb
     )
-    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object(
-            'last', r.last, 'table', r.name, 'given', pg_catalog.to_jsonb(r.given), 'ids', r.ids, 'rows', r.rows))
+    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object('last', r.last, 'table', r.name, 'given', r.given))
         into v_runs
         from (
-            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given,
-                pg_catalog.jsonb_agg(e.id order by e.position) as ids, pg_catalog.jsonb_agg(e.row order by e.position) as rows
+            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given
             from (
                 -- Consecutive positions of one table and one set of columns share an island.
                 select e.*, e.position - pg_catalog.row_number() over (partition by e.name, e.given order by e.position) as island
@@ -2317,7 +2332,9 @@ begin
                     perform pg_catalog.set_config('ferry.skip_cues', v_run ->> 'table', true);
                 end if;
                 v_wrote := ferry.upsert_rows(v_run ->> 'table', v_tables -> (v_run ->> 'table') ->> 'shape',
-                    array(select pg_catalog.jsonb_array_elements_text(v_run -> 'given')), v_run -> 'rows');
+                    array(select pg_catalog.jsonb_array_elements_text(v_run -> 'given')),
+                    pg_catalog.jsonb_path_query_array(v_list, '$[$first to $last].row',
+                        pg_catalog.jsonb_build_object('first', v_position, 'last', v_run -> 'last')));
             exception
                 -- What the loop answers with a rejection, and one key twice (21000): the run
                 -- is undone and goes through the loop.
@@ -2328,10 +2345,10 @@ begin
             end;
             if v_wrote then
                 v_results := v_results || array(
-                    select pg_catalog.jsonb_build_object('id', i, 'status', 'applied')
-                    from pg_catalog.jsonb_array_elements(v_run -> 'ids') i);
-                v_last := (v_run -> 'ids' ->> -1)::bigint;
+                    select pg_catalog.jsonb_build_object('id', v_list -> i -> 'id', 'status', 'applied')
+                    from pg_catalog.generate_series(v_position, (v_run ->> 'last')::integer) i);
                 v_position := (v_run ->> 'last')::integer;
+                v_last := (v_list -> v_position ->> 'id')::bigint;
                 if not (v_run ->> 'table') = any (v_cued) then
                     v_cued := v_cued || (v_run ->> 'table');
                 end if;
@@ -2594,14 +2611,129 @@ COMMENT ON FUNCTION ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) 
 
 
 --
+-- Name: push_tables(jsonb); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.push_tables(p_list jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $_$
+declare
+    v_tables jsonb := '{}'::jsonb;
+    v_fingerprints jsonb := '{}'::jsonb;
+    v_table record;
+    v_cached text;
+    v_read jsonb;
+    v_entry record;
+begin
+    for v_table in
+        select c.oid, c.relname, pg_catalog.concat_ws(' ', s.xmin, s.ctid, c.xmin, c.ctid,
+                (select pg_catalog.string_agg(a.xmin::text || a.ctid::text || coalesce((
+                        select y.xmin::text || y.ctid::text from pg_catalog.pg_type y where y.oid = a.atttypid), ''),
+                        ',' order by a.attnum)
+                    from pg_catalog.pg_attribute a where a.attrelid = c.oid and a.attnum > 0),
+                (select pg_catalog.string_agg(d.xmin::text || d.ctid::text, ',' order by d.oid) from pg_catalog.pg_attrdef d where d.adrelid = c.oid),
+                (select pg_catalog.string_agg(g.xmin::text || g.ctid::text, ',' order by g.oid) from pg_catalog.pg_trigger g where g.tgrelid = c.oid),
+                (select pg_catalog.string_agg(y.xmin::text || y.ctid::text, ',' order by y.oid) from pg_catalog.pg_policy y where y.polrelid = c.oid),
+                (select pg_catalog.string_agg(i.xmin::text || i.ctid::text, ',' order by i.indexrelid) from pg_catalog.pg_index i where i.indrelid = c.oid),
+                (select pg_catalog.string_agg(f.xmin::text || f.ctid::text, ',' order by f.oid) from pg_catalog.pg_proc f
+                    where f.oid = any (array['ferry.push_tables(jsonb)'::regprocedure, 'ferry.write_rule(text, text, name)'::regprocedure,
+                        'ferry.upsert_shape(regclass)'::regprocedure, 'ferry.key_json_type(oid)'::regprocedure,
+                        'ferry.primary_key(regclass)'::regprocedure, 'ferry.unwritable_columns()'::regprocedure]::oid[])))
+                as fingerprint
+        from ferry.synced_tables s
+        -- By the table's oid (offset 0 keeps the planner from hashing a scan of pg_class).
+        cross join lateral (
+            select c.oid, c.relname, c.xmin, c.ctid from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+        ) c
+        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(p_list) m)
+    loop
+        v_cached := pg_catalog.current_setting('ferry.push_table_' || v_table.oid, true);
+        if pg_catalog.split_part(v_cached, E'\n', 1) = v_table.fingerprint then
+            v_tables := v_tables || pg_catalog.jsonb_build_object(v_table.relname,
+                pg_catalog.substr(v_cached, pg_catalog.strpos(v_cached, E'\n') + 1)::jsonb);
+        else
+            v_fingerprints := v_fingerprints || pg_catalog.jsonb_build_object(v_table.relname, v_table.fingerprint);
+        end if;
+    end loop;
+    if v_fingerprints = '{}'::jsonb then
+        return v_tables;
+    end if;
+
+    select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
+            'oid', c.oid::bigint, 'owner', s.owner_column,
+            'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
+            'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
+                'table', ferry.write_rule(s.strategy, null, c.relname),
+                'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
+                'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
+                'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
+        into v_read
+        from ferry.synced_tables s
+        -- By the table's oid, one lookup per registered table (offset 0 keeps the planner
+        -- from hashing a scan of all of pg_class instead).
+        cross join lateral (
+            select c.oid, c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+        ) c
+        cross join lateral (
+            select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
+                pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
+                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', p.name), ' and ' order by p.ordinal)
+                    as match,
+                -- The JSON type each key column must come in (ferry.key_json_type), those checked.
+                pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_object_agg(p.name, ferry.key_json_type(p.type_id)))
+                    as types
+            from ferry.primary_key(c.oid) p
+        ) k
+        cross join lateral (
+            select pg_catalog.jsonb_object_agg(a.attname, true) as names
+            from pg_catalog.pg_attribute a
+            where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+                and a.attname <> all (ferry.unwritable_columns())
+        ) cols
+        -- Whether one statement answers a run of the table's upserts as the loop would (the
+        -- header): no trigger but Ferry's own and foreign key checks between this table and
+        -- others (a deferred unique check is a trigger too), no policy but Ferry's.
+        cross join lateral (
+            select not exists (
+                    select from pg_catalog.pg_trigger g
+                    where g.tgrelid = c.oid
+                        and g.tgname not in ('ferry_stamp', 'ferry_cue_insert', 'ferry_cue_update', 'ferry_cue_delete',
+                            'ferry_tombstone_delete', 'ferry_refuse_truncate')
+                        and not (g.tgisinternal and g.tgconstrrelid not in (0, c.oid) and exists (
+                            select from pg_catalog.pg_proc f where f.oid = g.tgfoid and f.proname like 'RI\_FKey\_%'))
+                ) and not exists (
+                    select from pg_catalog.pg_policy y
+                    where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
+                ) as ok
+        ) sb
+        where c.relname in (select pg_catalog.jsonb_object_keys(v_fingerprints));
+    for v_entry in select e.key, e.value from pg_catalog.jsonb_each(v_read) e loop
+        perform pg_catalog.set_config('ferry.push_table_' || (v_entry.value ->> 'oid'),
+            (v_fingerprints ->> v_entry.key) || E'\n' || v_entry.value::text, false);
+    end loop;
+    return v_tables || coalesce(v_read, '{}'::jsonb);
+end
+$_$;
+
+
+--
+-- Name: FUNCTION push_tables(p_list jsonb); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.push_tables(p_list jsonb) IS 'What push needs about each synced table a batch names (owner, key, writable columns, shape, set_based, rules), by name: from the catalog, or this session''s cache of it while the catalog rows it was read from are unchanged';
+
+
+--
 -- Name: queue_cue(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
 CREATE FUNCTION ferry.queue_cue(p_payload text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+begin
     insert into ferry.queued_cues (payload) values (p_payload);
-    select pg_catalog.set_config('ferry.cues_queued', 'on', true);
+    perform pg_catalog.set_config('ferry.cues_queued', 'on', true);
+end
 $$;
 
 
@@ -2754,6 +2886,20 @@ begin
     update ferry.users u set last_seen_at = now() where u.id = owner.user_id
         returning u.email, u.email_confirmed into email, email_confirmed;
     device_id := owner.device_id;
+end
+$$;
+
+
+--
+-- Name: refuse_key_type(anyelement, text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.refuse_key_type(p_value anyelement, p_column text) RETURNS anyelement
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'push: key column % is not given in its JSON type (read as %)', pg_catalog.to_json(p_column), p_value
+        using errcode = '22023';
 end
 $$;
 
@@ -3941,6 +4087,7 @@ CREATE FUNCTION ferry.upsert_rows(p_name text, p_shape text, p_given text[], p_r
         #variable_conflict use_variable
         declare
             v_given boolean[];
+            v_user uuid := ferry.uid();
         begin
             return false;
         end
@@ -5888,6 +6035,14 @@ GRANT ALL ON FUNCTION ferry.issue_watermelon_cursor(p_snapshot pg_snapshot, p_pr
 
 
 --
+-- Name: FUNCTION key_json_type(p_type oid); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.key_json_type(p_type oid) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.key_json_type(p_type oid) TO ferry_client;
+
+
+--
 -- Name: FUNCTION link_email(p_email text, p_password_hash text, p_confirm boolean, p_code_hash text, p_code text, p_minutes integer); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -5994,19 +6149,19 @@ GRANT ALL ON FUNCTION ferry.pull(p_cursor text, p_limit integer) TO ferry_client
 
 
 --
--- Name: FUNCTION pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION pull_candidates(p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot) TO ferry_client;
+REVOKE ALL ON FUNCTION ferry.pull_candidates(p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.pull_candidates(p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot) TO ferry_client;
 
 
 --
--- Name: FUNCTION pull_rows(p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb); Type: ACL; Schema: ferry; Owner: -
+-- Name: FUNCTION pull_rows(p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb); Type: ACL; Schema: ferry; Owner: -
 --
 
-REVOKE ALL ON FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) FROM PUBLIC;
-GRANT ALL ON FUNCTION ferry.pull_rows(p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) TO ferry_client;
+REVOKE ALL ON FUNCTION ferry.pull_rows(p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.pull_rows(p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) TO ferry_client;
 
 
 --
@@ -6039,6 +6194,14 @@ GRANT ALL ON FUNCTION ferry.push_body(p_body text, p_max_mutations integer) TO f
 
 REVOKE ALL ON FUNCTION ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.push_mutations(p_mutations jsonb, p_unstorable jsonb) TO ferry_client;
+
+
+--
+-- Name: FUNCTION push_tables(p_list jsonb); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.push_tables(p_list jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.push_tables(p_list jsonb) TO ferry_client;
 
 
 --
@@ -6084,6 +6247,14 @@ REVOKE ALL ON FUNCTION ferry.redeem_code(p_user uuid, p_purpose text, p_code_has
 
 REVOKE ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.refresh_session(p_token_hash text, p_chain text, p_new_hash text, p_sealed text, p_grace interval, OUT status text, OUT user_id uuid, OUT session_id uuid, OUT device_id text, OUT email text, OUT sealed text, OUT email_confirmed boolean) TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION refuse_key_type(p_value anyelement, p_column text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.refuse_key_type(p_value anyelement, p_column text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.refuse_key_type(p_value anyelement, p_column text) TO ferry_client;
 
 
 --

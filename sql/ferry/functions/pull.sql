@@ -57,13 +57,13 @@ declare
     v_changes jsonb := '{}'::jsonb;
     v_has_more boolean := false;
     v_position jsonb;
-    v_table record;
+    v_tables name[];
+    v_table name;
     v_fetched integer;
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
     v_here jsonb := ferry.history_here();
-    v_candidates name[];
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -115,33 +115,37 @@ begin
         v_last := coalesce(v_last, 0);
     end if;
 
-    -- After a cursor, only the tables that may have something new for the caller
-    -- (ferry.pull_candidates, registry.sql: one statement of index probes; null: all).
+    -- After a cursor, only the tables with something new for the caller (one statement of
+    -- index probes, ferry.pull_candidates, registry.sql); on a first load, or when it
+    -- answers null, every table the caller may read.
     if v_since is not null then
-        v_candidates := ferry.pull_candidates(pg_catalog.pg_snapshot_xmin(v_since), v_until, v_since);
+        v_tables := ferry.pull_candidates(v_until, v_since, v_shared_since);
     end if;
-    for v_table in
-        select c.relname as name, s.table_name as rel,
-            case when s.strategy = 'shared' then coalesce(v_shared_since, v_since) else v_since end as since
-        from ferry.synced_tables s
-        join pg_catalog.pg_class c on c.oid = s.table_name
-        where pg_catalog.has_table_privilege(s.table_name, 'select')
-            and (v_after_table is null or c.relname >= v_after_table)
-            and (v_candidates is null or c.relname = any (v_candidates))
-        order by c.relname
-    loop
+    if v_tables is null then
+        v_tables := array(
+            select c.relname
+            from ferry.synced_tables s
+            -- By the table's oid, one lookup per registered table (offset 0 keeps the
+            -- planner from hashing a scan of all of pg_class instead).
+            cross join lateral (
+                select c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+            ) c
+            where pg_catalog.has_table_privilege(s.table_name, 'select')
+            order by c.relname);
+    end if;
+    foreach v_table in array v_tables loop
+        continue when v_table < v_after_table;
         -- remaining + 1 rows: one more than fits says has_more (with 0 left, whether any remain).
         select * into v_fetched, v_upserts, v_deletes, v_reached
-            from ferry.pull_rows(v_table.name, v_table.rel, v_remaining,
-                coalesce(pg_catalog.pg_snapshot_xmin(v_table.since), '0'::xid8), v_until, v_table.since,
-                case when v_table.name = v_after_table then v_after_key end, v_after_stamp);
+            from ferry.pull_rows(v_table, v_remaining, v_until, v_since, v_shared_since,
+                case when v_table = v_after_table then v_after_key end, v_after_stamp);
 
         if v_upserts is not null or v_deletes is not null then
-            v_changes := v_changes || pg_catalog.jsonb_build_object(v_table.name, pg_catalog.jsonb_build_object(
+            v_changes := v_changes || pg_catalog.jsonb_build_object(v_table, pg_catalog.jsonb_build_object(
                 'upserts', coalesce(v_upserts, '[]'), 'deletes', coalesce(v_deletes, '[]')));
         end if;
         if v_reached is not null then
-            v_position := v_reached || pg_catalog.jsonb_build_object('table', v_table.name);
+            v_position := v_reached || pg_catalog.jsonb_build_object('table', v_table);
         end if;
         if v_fetched > v_remaining then
             v_has_more := true;

@@ -81,6 +81,126 @@ begin
 end
 $$;
 
+-- MARK: - The tables a batch names
+
+-- Everything push needs about the tables a batch names, in one catalog query, by name:
+-- {"<table>": {oid, owner, primary key (key, key_list, match, key_types), the columns a
+-- client may write, the static upsert's shape, set_based, and what each op does under
+-- the table's strategy (ferry.write_rule, strategies.sql)}}.
+--
+-- Read from the catalog once per session and table, then from the session's cache (a
+-- setting, ferry.push_table_<oid>, holding the answer after its fingerprint): the
+-- catalog query costs a push of 50 mutations about a fifth of its time. The fingerprint
+-- is the list of the catalog row versions the answer is read from, each by its xmin and
+-- ctid, which every change of a row replaces (even within one transaction): the table's registry row and pg_class row, its columns (with
+-- their types, for a domain's default) and defaults, triggers, policies and indexes, and
+-- the functions that compute the answer. Any DDL that could change the answer changes it,
+-- so a table altered without being registered again is read afresh, as before. A setting
+-- made in a transaction that rolls back is undone with it.
+create or replace function ferry.push_tables(p_list jsonb) returns jsonb
+language plpgsql
+as $$
+declare
+    v_tables jsonb := '{}'::jsonb;
+    v_fingerprints jsonb := '{}'::jsonb;
+    v_table record;
+    v_cached text;
+    v_read jsonb;
+    v_entry record;
+begin
+    for v_table in
+        select c.oid, c.relname, pg_catalog.concat_ws(' ', s.xmin, s.ctid, c.xmin, c.ctid,
+                (select pg_catalog.string_agg(a.xmin::text || a.ctid::text || coalesce((
+                        select y.xmin::text || y.ctid::text from pg_catalog.pg_type y where y.oid = a.atttypid), ''),
+                        ',' order by a.attnum)
+                    from pg_catalog.pg_attribute a where a.attrelid = c.oid and a.attnum > 0),
+                (select pg_catalog.string_agg(d.xmin::text || d.ctid::text, ',' order by d.oid) from pg_catalog.pg_attrdef d where d.adrelid = c.oid),
+                (select pg_catalog.string_agg(g.xmin::text || g.ctid::text, ',' order by g.oid) from pg_catalog.pg_trigger g where g.tgrelid = c.oid),
+                (select pg_catalog.string_agg(y.xmin::text || y.ctid::text, ',' order by y.oid) from pg_catalog.pg_policy y where y.polrelid = c.oid),
+                (select pg_catalog.string_agg(i.xmin::text || i.ctid::text, ',' order by i.indexrelid) from pg_catalog.pg_index i where i.indrelid = c.oid),
+                (select pg_catalog.string_agg(f.xmin::text || f.ctid::text, ',' order by f.oid) from pg_catalog.pg_proc f
+                    where f.oid = any (array['ferry.push_tables(jsonb)'::regprocedure, 'ferry.write_rule(text, text, name)'::regprocedure,
+                        'ferry.upsert_shape(regclass)'::regprocedure, 'ferry.key_json_type(oid)'::regprocedure,
+                        'ferry.primary_key(regclass)'::regprocedure, 'ferry.unwritable_columns()'::regprocedure]::oid[])))
+                as fingerprint
+        from ferry.synced_tables s
+        -- By the table's oid (offset 0 keeps the planner from hashing a scan of pg_class).
+        cross join lateral (
+            select c.oid, c.relname, c.xmin, c.ctid from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+        ) c
+        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(p_list) m)
+    loop
+        v_cached := pg_catalog.current_setting('ferry.push_table_' || v_table.oid, true);
+        if pg_catalog.split_part(v_cached, E'\n', 1) = v_table.fingerprint then
+            v_tables := v_tables || pg_catalog.jsonb_build_object(v_table.relname,
+                pg_catalog.substr(v_cached, pg_catalog.strpos(v_cached, E'\n') + 1)::jsonb);
+        else
+            v_fingerprints := v_fingerprints || pg_catalog.jsonb_build_object(v_table.relname, v_table.fingerprint);
+        end if;
+    end loop;
+    if v_fingerprints = '{}'::jsonb then
+        return v_tables;
+    end if;
+
+    select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
+            'oid', c.oid::bigint, 'owner', s.owner_column,
+            'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
+            'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
+                'table', ferry.write_rule(s.strategy, null, c.relname),
+                'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
+                'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
+                'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
+        into v_read
+        from ferry.synced_tables s
+        -- By the table's oid, one lookup per registered table (offset 0 keeps the planner
+        -- from hashing a scan of all of pg_class instead).
+        cross join lateral (
+            select c.oid, c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+        ) c
+        cross join lateral (
+            select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
+                pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
+                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', p.name), ' and ' order by p.ordinal)
+                    as match,
+                -- The JSON type each key column must come in (ferry.key_json_type), those checked.
+                pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_object_agg(p.name, ferry.key_json_type(p.type_id)))
+                    as types
+            from ferry.primary_key(c.oid) p
+        ) k
+        cross join lateral (
+            select pg_catalog.jsonb_object_agg(a.attname, true) as names
+            from pg_catalog.pg_attribute a
+            where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+                and a.attname <> all (ferry.unwritable_columns())
+        ) cols
+        -- Whether one statement answers a run of the table's upserts as the loop would (the
+        -- header): no trigger but Ferry's own and foreign key checks between this table and
+        -- others (a deferred unique check is a trigger too), no policy but Ferry's.
+        cross join lateral (
+            select not exists (
+                    select from pg_catalog.pg_trigger g
+                    where g.tgrelid = c.oid
+                        and g.tgname not in ('ferry_stamp', 'ferry_cue_insert', 'ferry_cue_update', 'ferry_cue_delete',
+                            'ferry_tombstone_delete', 'ferry_refuse_truncate')
+                        and not (g.tgisinternal and g.tgconstrrelid not in (0, c.oid) and exists (
+                            select from pg_catalog.pg_proc f where f.oid = g.tgfoid and f.proname like 'RI\_FKey\_%'))
+                ) and not exists (
+                    select from pg_catalog.pg_policy y
+                    where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
+                ) as ok
+        ) sb
+        where c.relname in (select pg_catalog.jsonb_object_keys(v_fingerprints));
+    for v_entry in select e.key, e.value from pg_catalog.jsonb_each(v_read) e loop
+        perform pg_catalog.set_config('ferry.push_table_' || (v_entry.value ->> 'oid'),
+            (v_fingerprints ->> v_entry.key) || E'\n' || v_entry.value::text, false);
+    end loop;
+    return v_tables || coalesce(v_read, '{}'::jsonb);
+end
+$$;
+
+comment on function ferry.push_tables(jsonb) is
+    'What push needs about each synced table a batch names (owner, key, writable columns, shape, set_based, rules), by name: from the catalog, or this session''s cache of it while the catalog rows it was read from are unchanged';
+
 -- MARK: - Push, mutation by mutation
 
 -- p_mutations is {"mutations": [...]} (other fields ignored) or the array itself;
@@ -99,9 +219,10 @@ $$;
 -- The set-based path, for the common batch: a run of consecutive mutations that are all
 -- lww upserts (the rule's overwrite, no lock) of one table, each new by its id, not
 -- unstorable, giving the same columns, all of them writable, the owner omitted or the
--- caller's, every key column present in its JSON type, is written by ONE statement
--- (ferry.upsert_rows, registry.sql) in a subtransaction, in batch order, and answered
--- applied mutation by mutation. This answers exactly what the loop would: each would be
+-- caller's, is written by ONE statement (ferry.upsert_rows, registry.sql) in a
+-- subtransaction, in batch order, and answered applied mutation by mutation; that
+-- statement fails, sending the run to the loop, when a key column is missing, null or
+-- not given in its JSON type. This answers exactly what the loop would: each would be
 -- applied by its static upsert (below), in the same order, row after row under the same
 -- immediate checks. Where one statement could answer otherwise it is not tried (the
 -- table has a trigger or policy of its own, or a foreign key or deferred check within
@@ -178,113 +299,50 @@ begin
 
     v_last := ferry.lock_device();
 
-    -- Everything push needs about the tables the batch names, in one catalog query:
-    -- owner, primary key, the columns a client may write, the key match, and what each
-    -- op does under the table's strategy (ferry.write_rule, strategies.sql).
-    select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
-            'oid', c.oid::bigint, 'owner', s.owner_column,
-            'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
-            'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
-                'table', ferry.write_rule(s.strategy, null, c.relname),
-                'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
-                'upsert', ferry.write_rule(s.strategy, 'upsert', c.relname),
-                'delete', ferry.write_rule(s.strategy, 'delete', c.relname))))
-        into v_tables
-        from ferry.synced_tables s
-        -- By the table's oid, one lookup per registered table (offset 0 keeps the planner
-        -- from hashing a scan of all of pg_class instead).
-        cross join lateral (
-            select c.oid, c.relname from pg_catalog.pg_class c where c.oid = s.table_name offset 0
-        ) c
-        cross join lateral (
-            select pg_catalog.jsonb_agg(p.name order by p.ordinal) as names,
-                pg_catalog.string_agg(pg_catalog.format('%I', p.name), ', ' order by p.ordinal) as list,
-                pg_catalog.string_agg(pg_catalog.format('t.%1$I = p.%1$I', p.name), ' and ' order by p.ordinal)
-                    as match,
-                -- The JSON type pull sends each key column's values as (to_jsonb's rule, by
-                -- the base type): a key must come in that type, or the device's copy and the
-                -- server's would not match. Arrays, composites and jsonb keys are not checked.
-                -- A domain counts as its base type (one level) and shares its category.
-                pg_catalog.jsonb_object_agg(p.name, case
-                    when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
-                    else 'string' end) filter (where y.typcategory not in ('A', 'C') and y.base not in (114, 3802))
-                    as types
-            from ferry.primary_key(c.oid) p
-            cross join lateral (
-                select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
-                from pg_catalog.pg_type t where t.oid = p.type_id
-            ) y
-        ) k
-        cross join lateral (
-            select pg_catalog.jsonb_object_agg(a.attname, true) as names
-            from pg_catalog.pg_attribute a
-            where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
-                and a.attname <> all (ferry.unwritable_columns())
-        ) cols
-        -- Whether one statement answers a run of the table's upserts as the loop would (the
-        -- header): no trigger but Ferry's own and foreign key checks between this table and
-        -- others (a deferred unique check is a trigger too), no policy but Ferry's.
-        cross join lateral (
-            select not exists (
-                    select from pg_catalog.pg_trigger g
-                    where g.tgrelid = c.oid
-                        and g.tgname not in ('ferry_stamp', 'ferry_cue_insert', 'ferry_cue_update', 'ferry_cue_delete',
-                            'ferry_tombstone_delete', 'ferry_refuse_truncate')
-                        and not (g.tgisinternal and g.tgconstrrelid not in (0, c.oid) and exists (
-                            select from pg_catalog.pg_proc f where f.oid = g.tgfoid and f.proname like 'RI\_FKey\_%'))
-                ) and not exists (
-                    select from pg_catalog.pg_policy y
-                    where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
-                ) as ok
-        ) sb
-        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(v_list) m);
+    v_tables := ferry.push_tables(v_list);
 
     -- The runs the set-based path writes (header), by the position of their first mutation:
-    -- {"<first>": {"last": position, "table", "given": [columns], "ids": [...], "rows": [...]}}.
-    -- Each step is a materialized CTE, so that each value is computed once per mutation.
+    -- {"<first>": {"last": position, "table", "given": [columns]}}. The run's rows stay in
+    -- the batch: ferry.upsert_rows reads them from it by position and writes the caller as
+    -- their owner, and checks their key columns' JSON types (registry.sql). Each step is a
+    -- materialized CTE, so that each value is computed once per mutation; no
+    -- set-returning function runs per mutation (each cost more than the rest of the row's
+    -- checks together).
     with mutation as materialized (
-        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name, l.m ->> 'op' as op,
-            pg_catalog.jsonb_typeof(l.m -> 'table') as table_type, l.m -> 'row' as given_row,
+        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name,
+            l.m ->> 'op' = 'upsert' and pg_catalog.jsonb_typeof(l.m -> 'table') = 'string'
+                and pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' as upsert,
+            (l.m -> 'row') - 'updated_at' as given_row,
             pg_catalog.max((l.m ->> 'id')::bigint) over (order by l.o rows between unbounded preceding and 1 preceding)
                 as before
         from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
     ), writable as materialized (
         -- The tables whose upserts one statement may write, once each.
-        select tt.key as name, tt.value ->> 'owner' as owner, tt.value -> 'columns' as columns,
-            array(select pg_catalog.jsonb_array_elements_text(tt.value -> 'key')) as key,
-            tt.value -> 'key_types' as key_types
+        select tt.key as name, tt.value ->> 'owner' as owner,
+            array(select pg_catalog.jsonb_object_keys(tt.value -> 'columns')) as columns
         from pg_catalog.jsonb_each(v_tables) tt
         where (tt.value ->> 'set_based')::boolean and not tt.value -> 'rules' -> 'table' ? 'refused'
             and tt.value -> 'rules' -> 'upsert' ->> 'op' = 'upsert'
             and tt.value -> 'rules' -> 'upsert' ->> 'live' = 'overwrite'
             and not (tt.value -> 'rules' -> 'upsert' ->> 'held')::boolean
-    ), candidate as materialized (
-        -- The row as the loop writes it: updated_at dropped, the owner the caller.
-        select m.position, m.id, m.name, t.columns, t.key, t.key_types,
-            m.given_row - 'updated_at' || pg_catalog.jsonb_build_object(t.owner, v_user) as row
+    ), eligible as materialized (
+        -- New by its id, storable, the owner omitted or the caller's, every given column
+        -- writable (nothing left once they are removed); its columns but the owner (which
+        -- the statement writes anyway) as a JSON array, in jsonb's key order, so that one
+        -- set of columns is one array.
+        select m.position, m.name, pg_catalog.jsonb_path_query_array(m.given_row - t.owner, '$.keyvalue().key') as given
         from mutation m
         join writable t on t.name = m.name
-        where m.id > greatest(v_last, m.before) and m.op = 'upsert' and m.table_type = 'string'
+        where m.upsert and m.id > greatest(v_last, m.before)
             and (p_unstorable is null or not p_unstorable ? m.position::text)
-            and pg_catalog.jsonb_typeof(m.given_row) = 'object'
             and coalesce(pg_catalog.jsonb_typeof(m.given_row -> t.owner), 'null') in ('null', 'string')
             and coalesce(m.given_row ->> t.owner, v_user::text) = v_user::text
-    ), eligible as materialized (
-        select c.position, c.id, c.name, c.row, g.given
-        from candidate c
-        cross join lateral (select array(select pg_catalog.jsonb_object_keys(c.row)) as given) g
-        where c.columns ?& g.given and g.given @> c.key
-            and not exists (
-                select from pg_catalog.unnest(c.key) k
-                where pg_catalog.jsonb_typeof(c.row -> k) = 'null'
-                    or pg_catalog.jsonb_typeof(c.row -> k) <> coalesce(c.key_types ->> k, pg_catalog.jsonb_typeof(c.row -> k)))
+            and m.given_row - t.columns = '{}'::jsonb
     )
-    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object(
-            'last', r.last, 'table', r.name, 'given', pg_catalog.to_jsonb(r.given), 'ids', r.ids, 'rows', r.rows))
+    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object('last', r.last, 'table', r.name, 'given', r.given))
         into v_runs
         from (
-            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given,
-                pg_catalog.jsonb_agg(e.id order by e.position) as ids, pg_catalog.jsonb_agg(e.row order by e.position) as rows
+            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given
             from (
                 -- Consecutive positions of one table and one set of columns share an island.
                 select e.*, e.position - pg_catalog.row_number() over (partition by e.name, e.given order by e.position) as island
@@ -309,7 +367,9 @@ begin
                     perform pg_catalog.set_config('ferry.skip_cues', v_run ->> 'table', true);
                 end if;
                 v_wrote := ferry.upsert_rows(v_run ->> 'table', v_tables -> (v_run ->> 'table') ->> 'shape',
-                    array(select pg_catalog.jsonb_array_elements_text(v_run -> 'given')), v_run -> 'rows');
+                    array(select pg_catalog.jsonb_array_elements_text(v_run -> 'given')),
+                    pg_catalog.jsonb_path_query_array(v_list, '$[$first to $last].row',
+                        pg_catalog.jsonb_build_object('first', v_position, 'last', v_run -> 'last')));
             exception
                 -- What the loop answers with a rejection, and one key twice (21000): the run
                 -- is undone and goes through the loop.
@@ -320,10 +380,10 @@ begin
             end;
             if v_wrote then
                 v_results := v_results || array(
-                    select pg_catalog.jsonb_build_object('id', i, 'status', 'applied')
-                    from pg_catalog.jsonb_array_elements(v_run -> 'ids') i);
-                v_last := (v_run -> 'ids' ->> -1)::bigint;
+                    select pg_catalog.jsonb_build_object('id', v_list -> i -> 'id', 'status', 'applied')
+                    from pg_catalog.generate_series(v_position, (v_run ->> 'last')::integer) i);
                 v_position := (v_run ->> 'last')::integer;
+                v_last := (v_list -> v_position ->> 'id')::bigint;
                 if not (v_run ->> 'table') = any (v_cued) then
                     v_cued := v_cued || (v_run ->> 'table');
                 end if;
@@ -711,10 +771,10 @@ comment on function ferry.push(jsonb) is
 
 revoke all on function
     ferry.lock_device(), ferry.advance_device(bigint), ferry.column_value_error(regclass, jsonb),
-    ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer), ferry.push(jsonb)
+    ferry.push_tables(jsonb), ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer), ferry.push(jsonb)
 from public;
 
 grant execute on function
     ferry.lock_device(), ferry.advance_device(bigint), ferry.column_value_error(regclass, jsonb),
-    ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer), ferry.push(jsonb)
+    ferry.push_tables(jsonb), ferry.push_mutations(jsonb, jsonb), ferry.push_body(text, integer), ferry.push(jsonb)
 to ferry_client;

@@ -390,7 +390,10 @@ comment on function ferry.install_triggers(regclass) is
 -- ferry.synced_tables.pull_reader: the table's pull query written out as static SQL, so
 -- PostgreSQL keeps its plans for the session (the same query built as text and run with
 -- EXECUTE is parsed and planned on every pull). Its four queries are one query in four
--- forms: first load or not, resuming inside this table or not. STABLE and SECURITY
+-- forms: first load or not, resuming inside this table or not; a fifth, for the steady
+-- state (after a cursor, not resuming), reads the same rows without their positions and
+-- is answered alone when they fit in the page (fewer rows than the limit), which is the
+-- only case where pull does not need them. STABLE and SECURITY
 -- INVOKER like ferry.pull, so it reads in pull's snapshot under Row Level Security; it
 -- sets no search_path and names everything qualified. Its SQL names the table and
 -- primary key as they were when it was built, so it first checks, by index lookups,
@@ -406,6 +409,7 @@ declare
     v_object text;
     v_after text;
     v_query text;
+    v_changes text;
     v_resume_from text;
     v_resume_where text;
     -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
@@ -446,6 +450,31 @@ begin
                 order by t._stamp, %1$s
                 limit p_limit + 1
             ) r;$query$;
+    -- The steady state, a pull after a cursor that fits in its page: the same rows without
+    -- their positions (row numbers, each row's key, the last one reached), which only a
+    -- page that ends inside this table needs. %1$s is the primary key as the subquery's
+    -- k1, k2, …; %2$s orders by it.
+    v_changes := pg_catalog.format($query$select pg_catalog.count(*)::integer,
+                pg_catalog.jsonb_agg(r.body order by r.stamp, %2$s) filter (where not r.deleted),
+                pg_catalog.jsonb_agg(r.key order by r.stamp, %2$s) filter (where r.deleted)
+            into fetched, upserts, deletes
+            from (
+                select t._stamp as stamp, t._deleted as deleted, %1$s,
+                    pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
+                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
+                    case when t._deleted then pg_catalog.jsonb_build_object(%3$s) end as key
+                from %4$s t
+                where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                    and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                    and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)
+                order by t._stamp, %5$s
+                limit p_limit + 1
+            ) r;$query$,
+        (select pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', k.name, k.ordinal), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k),
+        (select pg_catalog.string_agg(pg_catalog.format('r.k%s', k.ordinal), ', ' order by k.ordinal)
+            from ferry.primary_key(p_table) k),
+        v_object, p_table, v_order);
     v_resume_from := pg_catalog.format(', pg_catalog.jsonb_populate_record(null::%s, p_after_key) p', p_table);
     v_resume_where := pg_catalog.format(' and (t._stamp, %s) > (p_after_stamp, %s)', v_order, v_after);
 
@@ -474,6 +503,13 @@ begin
                     p_table
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';
             end if;
+            if p_since is not null and p_after_key is null then -- changes since the cursor: the steady state
+            %8$s
+                if fetched < p_limit then
+                    return;
+                end if;
+                -- A full page: read again with the positions the next page starts from.
+            end if;
             if p_since is null and p_after_key is null then -- first load
             %4$s
             elsif p_since is null then -- first load, resuming inside this table
@@ -491,7 +527,8 @@ begin
             pg_catalog.format(v_query, v_order, v_object, p_table, '',
                 'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', ''),
             pg_catalog.format(v_query, v_order, v_object, p_table, v_resume_from,
-                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where)));
+                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where),
+            v_changes));
     execute pg_catalog.format(
         'comment on function ferry.%I is %L', v_reader,
         pg_catalog.format('ferry.pull''s reader of %s, built by ferry.install_pull_reader: not to be edited', p_table));
@@ -504,63 +541,73 @@ $install$;
 comment on function ferry.install_pull_reader(regclass) is
     'Builds a synced table''s pull reader (ferry.pull_rows_<oid>: the table''s pull query as static SQL, whose plans PostgreSQL keeps) and records it in ferry.synced_tables. Called by ferry.register_table.';
 
--- ferry.pull_rows(name, table, …), the dispatcher ferry.pull calls: one branch per
--- synced table, chosen by the name clients use (unique among synced tables, and kept by
--- a dump and restore, unlike oids), calling that table's reader with static SQL, so
--- pull runs no dynamic SQL at all. A name with no branch raises 55000 like a stale
--- reader. A transaction advisory lock while it reads the registry keeps two
--- registrations at once from each leaving the other's table out.
+-- ferry.pull_rows(name, limit, until, since, shared_since, …), the dispatcher ferry.pull
+-- calls: one branch per synced table, chosen by the name clients use (unique among synced
+-- tables, and kept by a dump and restore, unlike oids), calling that table's reader with
+-- static SQL, so pull runs no dynamic SQL at all. A `shared` table's branch reads after
+-- shared_since when there is one (ferry.pull's header), every other after since. A name
+-- with no branch raises 55000 like a stale reader. A transaction advisory lock while it
+-- reads the registry keeps two registrations at once from each leaving the other's
+-- table out.
 --
--- A table with nothing new since the cursor costs one index probe: before calling the
--- reader, a branch asks whether any row the reader could return exists (its range of
--- stamps: from the cursor's xmin, visible in `until`, not in `since`; under Row Level
--- Security, so the caller's rows only, through the (owner, _stamp) index) and, when none
--- does, answers nothing read (fetched 0) at once. The reader's rows are a subset of
--- those, so the answer is the same; a steady-state pull mostly visits tables that did
--- not change, and a reader's call (its checks, its window and aggregates over no rows)
--- cost several times the probe. The first load (no since) reads every table as before.
---
--- ferry.pull_candidates(from, until, since), built beside it, runs the same probe for
--- every table with an owner in ONE statement (a UNION ALL of EXISTS) and returns the
--- names of those with something new, and of every shared table (which it does not
--- probe: pull may read them after another snapshot than the per-user tables' since),
--- so that pull calls the dispatcher for those only. A caller that may not read every
--- per-user table gets null (pull then calls the dispatcher for every table, as before).
+-- ferry.pull_candidates(until, since, shared_since), built beside it, is how a
+-- steady-state pull skips the tables with nothing new for the caller: ONE statement (a
+-- UNION ALL of EXISTS) that probes every synced table for a row its reader could return
+-- (its range of stamps: from the cursor's xmin, visible in `until`, not in the table's
+-- since; under Row Level Security, so a per-user table's probe is one index probe of the
+-- (owner, _stamp) index) and returns the names of those with one, in name order: pull
+-- calls the dispatcher for those only. The readers' rows are a subset of what the probes
+-- look for, so the answer is the same; a steady-state pull mostly visits tables that did
+-- not change, and a reader's call costs several times a probe. A caller that may not
+-- read every synced table gets null (one statement cannot leave a table out): pull then
+-- calls the dispatcher for every table it may read, as on a first load. Both name each
+-- table by its name, never its oid, which a dump and restore changes: a table renamed
+-- since makes them answer null and its reader refuse to read (55000).
+-- Their earlier forms (taking the table and the xmin; the dispatcher probed too).
+drop function if exists ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8);
+drop function if exists ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot);
+
 create or replace function ferry.install_pull_rows() returns void
 language plpgsql set search_path = ''
 as $install$
 declare
     v_branches text;
+    v_probes text;
+    v_readable text;
     v_refusal text := $refusal$raise exception 'pull: synced table %% has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';$refusal$;
 begin
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('ferry.install_pull_rows'));
     select pg_catalog.string_agg(pg_catalog.format(
             $branch$
-            %s p_name = %L then
-                if p_since is not null and not exists (
-                    select from %s t
-                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))
-                then
-                    fetched := 0;
-                    return;
-                end if;
+            %1$s p_name = %2$L then
                 select * into fetched, upserts, deletes, reached
-                    from %s(p_table, p_limit, p_from, p_until, p_since, p_after_key, p_after_stamp);$branch$,
-            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.table_name, b.pull_reader), ''
-            order by b.position)
-        into v_branches
+                    from %3$s(pg_catalog.to_regclass(%4$L), p_limit, coalesce(pg_catalog.pg_snapshot_xmin(%5$s), '0'),
+                        p_until, %5$s, p_after_key, p_after_stamp);$branch$,
+            case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.pull_reader, b.table_name::text,
+            case when b.strategy = 'shared' then 'coalesce(p_shared_since, p_since)' else 'p_since' end), ''
+            order by b.position),
+        pg_catalog.string_agg(pg_catalog.format(
+            $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
+                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
+            E'\n                union all ' order by b.position),
+        pg_catalog.string_agg(pg_catalog.format('pg_catalog.has_table_privilege(pg_catalog.to_regclass(%L), ''select'')',
+            b.table_name::text), E'\n                and ' order by b.position)
+        into v_branches, v_probes, v_readable
         from (
-            select c.relname, s.table_name, s.pull_reader, pg_catalog.row_number() over (order by c.relname) as position
+            select c.relname, s.table_name, s.strategy, s.pull_reader,
+                pg_catalog.row_number() over (order by c.relname) as position
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
         ) b;
     execute pg_catalog.format(
         $function$
         create or replace function ferry.pull_rows(
-            p_name name, p_table regclass, p_limit integer, p_from xid8, p_until pg_snapshot, p_since pg_snapshot,
+            p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot,
             p_after_key jsonb, p_after_stamp xid8,
             out fetched integer, out upserts jsonb, out deletes jsonb, out reached jsonb)
         language plpgsql stable
@@ -578,29 +625,13 @@ begin
                 else pg_catalog.format(E'%s\n            else\n                %s\n            end if;', v_branches,
                     pg_catalog.format(v_refusal)) end));
     revoke all on function
-        ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) from public;
+        ferry.pull_rows(name, integer, pg_snapshot, pg_snapshot, pg_snapshot, jsonb, xid8) from public;
     grant execute on function
-        ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8) to ferry_client;
+        ferry.pull_rows(name, integer, pg_snapshot, pg_snapshot, pg_snapshot, jsonb, xid8) to ferry_client;
 
-    -- ferry.pull_candidates: the same probe for every per-user table in ONE statement.
-    select pg_catalog.string_agg(case when b.owner_column is null then pg_catalog.format('select %L::name', b.relname)
-            else pg_catalog.format(
-                $probe$select %L::name where exists (
-                    select from %s t
-                    where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since))$probe$,
-                b.relname, b.table_name) end,
-            E'\n                union all ' order by b.relname)
-        into v_branches
-        from (
-            select c.relname, s.table_name, s.owner_column
-            from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
-            where s.pull_reader is not null
-        ) b;
     execute pg_catalog.format(
         $function$
-        create or replace function ferry.pull_candidates(p_from xid8, p_until pg_snapshot, p_since pg_snapshot)
+        create or replace function ferry.pull_candidates(p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot)
         returns name[]
         language plpgsql stable
         as %L
@@ -610,20 +641,23 @@ begin
         -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
         -- rebuilds it. Columns are always named through an alias.
         #variable_conflict use_variable
+        declare
+            v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
         begin
+            if not coalesce(%s, false) then
+                return null;
+            end if;
             return array(%s);
-        exception when insufficient_privilege then
-            return null;
         end
         $body$,
-            coalesce(v_branches, 'select null::name where false')));
-    revoke all on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) from public;
-    grant execute on function ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot) to ferry_client;
+            coalesce(v_readable, 'true'), coalesce(v_probes, 'select null::name where false')));
+    revoke all on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) from public;
+    grant execute on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) to ferry_client;
 end
 $install$;
 
 comment on function ferry.install_pull_rows() is
-    'Builds ferry.pull_rows, the dispatcher ferry.pull calls: one branch per synced table calling its pull reader with static SQL (after a probe for anything new since the cursor), and ferry.pull_candidates, the probe of every per-user table in one statement. Called by ferry.register_table.';
+    'Builds ferry.pull_rows, the dispatcher ferry.pull calls (one branch per synced table calling its pull reader with static SQL), and ferry.pull_candidates, the probe of every synced table for something new since the cursor in one statement. Called by ferry.register_table.';
 
 -- MARK: - Static upserts
 
@@ -659,6 +693,41 @@ $$;
 
 comment on function ferry.upsert_shape(regclass) is
     'What a table''s static upsert (ferry.upsert_row) depends on, as an md5: writable columns with type oids, typmods and stored defaults, and the primary key; null when it cannot have one.';
+
+-- The JSON type pull sends a key column's values in, by to_jsonb's rule for its base
+-- type (a domain counts as its base type, one level, and shares its category):
+-- 'number', 'boolean' or 'string'; null for arrays, composites, json and jsonb, which
+-- push does not check. A device must send a key in this type, or its copy and the
+-- server's would not match (push refuses it: invalid_row).
+create or replace function ferry.key_json_type(p_type oid) returns text
+language plpgsql stable
+as $$
+begin
+    return (
+        select case when y.typcategory in ('A', 'C') or y.base in (114, 3802) then null
+                when y.base in (20, 21, 23, 700, 701, 1700) then 'number' when y.base = 16 then 'boolean'
+                else 'string' end
+        from (
+            select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
+            from pg_catalog.pg_type t where t.oid = p_type
+        ) y);
+end
+$$;
+
+comment on function ferry.key_json_type(oid) is
+    'The JSON type (number, boolean, string) a key column of this type must come in, as pull sends it; null when push does not check it (arrays, composites, json, jsonb)';
+
+-- Raises 22023 for a key column given in another JSON type than its own, inside
+-- ferry.upsert_rows's statement (push then writes the run mutation by mutation, and
+-- answers that mutation invalid_row). Typed like the value it stands in for.
+create or replace function ferry.refuse_key_type(p_value anyelement, p_column text) returns anyelement
+language plpgsql
+as $$
+begin
+    raise exception 'push: key column % is not given in its JSON type (read as %)', pg_catalog.to_json(p_column), p_value
+        using errcode = '22023';
+end
+$$;
 
 -- ferry.upsert_row(name, shape, row), the static lww upserts push tries first: one
 -- branch per lww table, taken when the table's name and the shape push read from the
@@ -733,8 +802,18 @@ begin
                     -- column's place among the writable ones, read once per run.
                     pg_catalog.string_agg(pg_catalog.format('%L = any (p_given)', a.attname), ', ' order by a.attnum)
                         as given,
-                    pg_catalog.string_agg(pg_catalog.format('case when v_given[%s] then p.%I else %s end',
-                        a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')),
+                    -- The owner is the caller (push checked a given one is); a key column's
+                    -- value must come in its JSON type (ferry.key_json_type), else the
+                    -- statement fails and push writes the run mutation by mutation.
+                    pg_catalog.string_agg(case
+                        when a.attname = s.owner_column then 'v_user'
+                        when a.key_type is not null then pg_catalog.format(
+                            'case when v_given[%s] then case when pg_catalog.jsonb_typeof(r.value -> %L) = %L then p.%I'
+                                ' else ferry.refuse_key_type(p.%I, %L) end else %s end',
+                            a.n, a.attname, a.key_type, a.attname, a.attname, a.attname,
+                            coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null'))
+                        else pg_catalog.format('case when v_given[%s] then p.%I else %s end',
+                            a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')) end,
                         E',\n                    ' order by a.attnum) as values_given,
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when v_given[%2$s] or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.n), E',\n                    ' order by a.attnum) filter (where not exists (
@@ -742,7 +821,9 @@ begin
                         as sets_given
                 from (
                     select a.attrelid, a.attnum, a.attname, a.attisdropped, a.attgenerated,
-                        pg_catalog.row_number() over (order by a.attnum) as n
+                        pg_catalog.row_number() over (order by a.attnum) as n,
+                        (select ferry.key_json_type(k.type_id) from ferry.primary_key(s.table_name) k
+                            where k.attnum = a.attnum) as key_type
                     from pg_catalog.pg_attribute a
                     where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                         and a.attname <> all (ferry.unwritable_columns())
@@ -784,6 +865,7 @@ begin
         #variable_conflict use_variable
         declare
             v_given boolean[];
+            v_user uuid := ferry.uid();
         begin%s
             return false;
         end
@@ -915,12 +997,13 @@ revoke all on function
     ferry.restrict_lock_columns(regclass), ferry.install_triggers(regclass), ferry.install_pull_reader(regclass),
     ferry.install_pull_rows(), ferry.primary_key(regclass), ferry.primary_key_list(regclass), ferry.upsert_shape(regclass),
     ferry.install_upserts(), ferry.table_schema(), ferry.column_default(regclass, smallint),
-    ferry.rebuild_generated_code()
+    ferry.rebuild_generated_code(), ferry.key_json_type(oid), ferry.refuse_key_type(anyelement, text)
 from public;
 -- push and pull call these as ferry_client.
 grant execute on function
     ferry.internal_columns(), ferry.unwritable_columns(), ferry.primary_key(regclass), ferry.primary_key_list(regclass),
-    ferry.upsert_shape(regclass), ferry.table_schema(), ferry.column_default(regclass, smallint)
+    ferry.upsert_shape(regclass), ferry.table_schema(), ferry.column_default(regclass, smallint),
+    ferry.key_json_type(oid), ferry.refuse_key_type(anyelement, text)
 to ferry_client;
 
 select ferry.rebuild_generated_code();
