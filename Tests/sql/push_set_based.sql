@@ -23,8 +23,10 @@ set local track_functions = 'all';
 
 -- n is unique per user (a conflict between two rows of one batch); title refuses 'bad'.
 create table public.floor_lww (user_id uuid not null, id text not null, title text check (title is distinct from 'bad'),
-    n integer, note text default 'fresh', primary key (user_id, id), unique (user_id, n));
-create table public.floor_other (user_id uuid not null, id integer not null, label text, primary key (user_id, id));
+    n integer, note text default 'fresh', meta jsonb, code varchar(3), primary key (user_id, id), unique (user_id, n));
+-- An array column: its set-based statement reads rows with jsonb_populate_record, not casts.
+create table public.floor_other (user_id uuid not null, id integer not null, label text, tags text[],
+    primary key (user_id, id));
 -- One key space for all users: a key another user has conflicts under RLS (forbidden).
 create table public.floor_global (id text primary key, user_id uuid not null, label text);
 create table public.floor_insert_only (user_id uuid not null, id text not null, title text, primary key (user_id, id));
@@ -125,7 +127,23 @@ insert into floor_test.batches values
         {"id": 50, "table": "floor_other", "op": "upsert", "row": {"id": 5, "label": "e"}},
         {"id": 51, "table": "floor_other", "op": "upsert", "row": {"id": "6", "label": "f"}},
         {"id": 52, "table": "floor_other", "op": "upsert", "row": {"id": 7, "label": "g"}},
-        {"id": 53, "table": "floor_other", "op": "upsert", "row": {"id": 8, "label": "h"}}]}$b$);
+        {"id": 53, "table": "floor_other", "op": "upsert", "row": {"id": 8, "label": "h"}}]}$b$),
+    -- Values the set-based statement casts from the JSON: a value too long for its
+    -- varchar(3) fails the run (through the loop: that one rejected)...
+    (6, $b${"mutations": [
+        {"id": 60, "table": "floor_lww", "op": "upsert", "row": {"id": "j1", "meta": {"a": 1}, "code": "abc"}},
+        {"id": 61, "table": "floor_lww", "op": "upsert", "row": {"id": "j2", "meta": null, "code": "ab"}},
+        {"id": 62, "table": "floor_lww", "op": "upsert", "row": {"id": "j3", "meta": "text", "code": "abcd"}},
+        {"id": 63, "table": "floor_lww", "op": "upsert", "row": {"id": "j4", "meta": [1, 2], "code": "x"}}]}$b$),
+    -- ... and written when all fit: JSON as jsonb, null as NULL, numbers as text.
+    (7, $b${"mutations": [
+        {"id": 70, "table": "floor_lww", "op": "upsert", "row": {"id": "j5", "meta": {"b": [1]}, "code": 12}},
+        {"id": 71, "table": "floor_lww", "op": "upsert", "row": {"id": "j6", "meta": null, "code": null}},
+        {"id": 72, "table": "floor_lww", "op": "upsert", "row": {"id": "j7", "meta": "s", "code": "a\"b"}}]}$b$),
+    -- An array, read by jsonb_populate_record.
+    (8, $b${"mutations": [
+        {"id": 80, "table": "floor_other", "op": "upsert", "row": {"id": 10, "tags": ["a", "b"]}},
+        {"id": 81, "table": "floor_other", "op": "upsert", "row": {"id": 11, "tags": []}}]}$b$);
 
 -- One push of batch p_n by user p_letter (a or b) from device p_device, as a request
 -- makes it (the body as text, ferry.push_body); the answer.
@@ -194,7 +212,7 @@ insert into floor_test.answers
 select 'b', b.n, floor_test.push('b', 'loop', b.n), floor_test.rows('b'), floor_test.set_based_calls()
 from floor_test.batches b order by b.n;
 
-select plan(17);
+select plan(25);
 
 -- The loop's answers, as they are (their messages aside): so the comparison below is of
 -- what the loop answers, not of two equal mistakes.
@@ -226,11 +244,18 @@ select is((select a.rows from floor_test.answers a where a.letter = 'a' and a.n 
 -- transaction goes (a call that fails is not counted). Batch 1 is one run; batch 2 has
 -- eight runs of two or more, of which three write (positions 0-1, 3-4 and 27-28) and
 -- five fail and go through the loop; batches 3 and 4 have one each; batch 5's one run
--- fails on its string key.
+-- fails on its string key, batch 6's on its long value; batches 7 and 8 have one each.
 select is((select pg_catalog.array_agg(a.calls order by a.n) from floor_test.answers a where a.letter = 'a'),
-    '{1,4,5,6,6}'::bigint[], 'A''s batches: the set-based statement wrote each run that it could');
+    '{1,4,5,6,6,6,7,8}'::bigint[], 'A''s batches: the set-based statement wrote each run that it could');
 select is((select pg_catalog.array_agg(a.calls order by a.n) from floor_test.answers a where a.letter = 'b'),
-    '{6,6,6,6,6}'::bigint[], 'B''s batches, every table with a trigger of its own: never');
+    '{8,8,8,8,8,8,8,8}'::bigint[], 'B''s batches, every table with a trigger of its own: never');
+select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*].status') from floor_test.answers a
+        where a.letter = 'a' and a.n = 6),
+    '["applied", "applied", "rejected", "applied"]'::jsonb, 'batch 6: the value too long rejected, the others applied');
+select is((select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(t.meta, t.code) order by t.id) from public.floor_lww t
+        where t.user_id = '00000000-0000-4000-8000-00000000000a' and t.id like 'j%'),
+    '[[{"a": 1}, "abc"], [null, "ab"], [[1, 2], "x"], [{"b": [1]}, "12"], [null, null], ["s", "a\"b"]]'::jsonb,
+    'batches 6 and 7: the values as cast');
 select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*].status') from floor_test.answers a
         where a.letter = 'a' and a.n = 5),
     '["applied", "rejected", "applied", "applied"]'::jsonb, 'batch 5: the string key rejected, the others applied');

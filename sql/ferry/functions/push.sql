@@ -281,6 +281,7 @@ declare
     v_rejected_messages text[] := '{}'::text[];
     v_earlier integer;
     v_runs jsonb;
+    v_ids jsonb;
     v_run jsonb;
     v_count integer;
 begin
@@ -289,11 +290,13 @@ begin
     if v_list is null or pg_catalog.jsonb_typeof(v_list) <> 'array' then
         raise exception 'push: mutations must be an array' using errcode = '22023';
     end if;
-    if exists (
-        select from pg_catalog.jsonb_array_elements(v_list) m
-        where pg_catalog.jsonb_typeof(m) <> 'object' or pg_catalog.jsonb_typeof(m -> 'id') is distinct from 'number'
-            or (m ->> 'id') !~ '^[0-9]{1,18}$'
-    ) then
+    -- The ids of the elements that are objects with a number id, in one JSON path query
+    -- (an error in a strict filter, as @.id on an object without one, fails only that
+    -- element): every element must be one, and its id's text at most 18 digits.
+    v_ids := pg_catalog.jsonb_path_query_array(v_list, 'strict $[*] ? (@.type() == "object" && @.id.type() == "number").id');
+    if pg_catalog.jsonb_array_length(v_ids) <> pg_catalog.jsonb_array_length(v_list)
+        or v_ids::text !~ '^\[(([0-9]{1,18}, )*[0-9]{1,18})?\]$'
+    then
         raise exception 'push: every mutation must be an object with a non-negative integer id' using errcode = '22023';
     end if;
 

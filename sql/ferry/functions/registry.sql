@@ -719,13 +719,14 @@ comment on function ferry.key_json_type(oid) is
 
 -- Raises 22023 for a key column given in another JSON type than its own, inside
 -- ferry.upsert_rows's statement (push then writes the run mutation by mutation, and
--- answers that mutation invalid_row). Typed like the value it stands in for.
+-- answers that mutation invalid_row). Typed like the value it stands in for (p_value,
+-- a null of the column's type).
 create or replace function ferry.refuse_key_type(p_value anyelement, p_column text) returns anyelement
 language plpgsql
 as $$
 begin
-    raise exception 'push: key column % is not given in its JSON type (read as %)', pg_catalog.to_json(p_column), p_value
-        using errcode = '22023';
+    raise exception 'push: key column % is not given in its JSON type', pg_catalog.to_json(p_column)
+        using errcode = '22023', detail = pg_catalog.format('the column is %s', pg_catalog.pg_typeof(p_value));
 end
 $$;
 
@@ -773,20 +774,22 @@ begin
                 v_given := array[%s];
                 insert into %s as t (%s)
                 select %s
-                from pg_catalog.jsonb_array_elements(p_rows) with ordinality r(value, n)
-                cross join lateral pg_catalog.jsonb_populate_record(null::%s, r.value) p
+                from pg_catalog.jsonb_array_elements(p_rows) with ordinality r(value, n)%s
                 order by r.n
                 on conflict (%s) do update set
                     %s_deleted = false;
                 return true;$branch$,
             case when u.position = 1 then 'if' else 'elsif' end, u.name, u.shape, u.given, u.rel, u.columns,
-            u.values_given, u.rel, u.key_list, coalesce(u.sets_given || E',\n                    ', '')), ''
+            u.values_given,
+            case when u.cast_all then '' else pg_catalog.format(
+                E'\n                cross join lateral pg_catalog.jsonb_populate_record(null::%s, r.value) p', u.rel) end,
+            u.key_list, coalesce(u.sets_given || E',\n                    ', '')), ''
             order by u.position)
         into v_branches, v_set_branches
         from (
             select c.relname as name, s.table_name as rel, ferry.upsert_shape(s.table_name) as shape,
                 pg_catalog.row_number() over (order by c.relname) as position, w.columns, w.values_list, w.sets,
-                w.given, w.values_given, w.sets_given, ferry.primary_key_list(s.table_name) as key_list
+                w.given, w.values_given, w.sets_given, w.cast_all, ferry.primary_key_list(s.table_name) as key_list
             from ferry.synced_tables s
             join pg_catalog.pg_class c on c.oid = s.table_name
             cross join lateral (
@@ -808,25 +811,45 @@ begin
                     pg_catalog.string_agg(case
                         when a.attname = s.owner_column then 'v_user'
                         when a.key_type is not null then pg_catalog.format(
-                            'case when v_given[%s] then case when pg_catalog.jsonb_typeof(r.value -> %L) = %L then p.%I'
-                                ' else ferry.refuse_key_type(p.%I, %L) end else %s end',
-                            a.n, a.attname, a.key_type, a.attname, a.attname, a.attname,
-                            coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null'))
-                        else pg_catalog.format('case when v_given[%s] then p.%I else %s end',
-                            a.n, a.attname, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')) end,
+                            'case when v_given[%1$s] then case when pg_catalog.jsonb_typeof(r.value -> %2$L) = %3$L then %4$s'
+                                ' else ferry.refuse_key_type(null::%6$s, %2$L) end else %5$s end',
+                            a.n, a.attname, a.key_type, a.value, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null'),
+                            pg_catalog.format_type(a.atttypid, null))
+                        else pg_catalog.format('case when v_given[%s] then %s else %s end',
+                            a.n, a.value, coalesce(pg_catalog.pg_get_expr(d.adbin, d.adrelid), 'null')) end,
                         E',\n                    ' order by a.attnum) as values_given,
+                    pg_catalog.bool_and(a.cast is not null) as cast_all,
                     pg_catalog.string_agg(pg_catalog.format('%1$I = case when v_given[%2$s] or t._deleted then excluded.%1$I else t.%1$I end',
                         a.attname, a.n), E',\n                    ' order by a.attnum) filter (where not exists (
                             select from ferry.primary_key(s.table_name) k where k.attnum = a.attnum))
                         as sets_given
                 from (
-                    select a.attrelid, a.attnum, a.attname, a.attisdropped, a.attgenerated,
+                  -- Each value by its cast when every column has one, else from the record p.
+                  select a.*, case when pg_catalog.bool_and(a.cast is not null) over () then a.cast
+                        else pg_catalog.format('p.%I', a.attname) end as value
+                  from (
+                    select a.attrelid, a.attnum, a.attname, a.atttypid, a.attisdropped, a.attgenerated,
                         pg_catalog.row_number() over (order by a.attnum) as n,
                         (select ferry.key_json_type(k.type_id) from ferry.primary_key(s.table_name) k
-                            where k.attnum = a.attnum) as key_type
+                            where k.attnum = a.attnum) as key_type,
+                        -- The value read from the row's JSON by a cast, as jsonb_populate_record
+                        -- reads it but without building a record per row: its text cast to the
+                        -- column's type without typmod (the insert applies that, as the input
+                        -- function would); JSON itself for json and jsonb; none for arrays and
+                        -- composites, which only jsonb_populate_record reads (p).
+                        case when y.typcategory in ('A', 'C') then null
+                            when y.base in (114, 3802) then pg_catalog.format('nullif(r.value -> %L, ''null''::jsonb)::%s',
+                                a.attname, pg_catalog.format_type(a.atttypid, null))
+                            else pg_catalog.format('(r.value ->> %L)::%s', a.attname, pg_catalog.format_type(a.atttypid, null))
+                            end as cast
                     from pg_catalog.pg_attribute a
+                    cross join lateral (
+                        select case when t.typtype = 'd' then t.typbasetype else t.oid end as base, t.typcategory
+                        from pg_catalog.pg_type t where t.oid = a.atttypid
+                    ) y
                     where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
                         and a.attname <> all (ferry.unwritable_columns())
+                  ) a
                 ) a
                 left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
                 where a.attrelid = s.table_name and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
