@@ -13,7 +13,7 @@
 \pset pager off
 
 begin;
-select plan(8);
+select plan(13);
 
 create schema cues_test;
 create function cues_test.plan_of(p_query text) returns text language plpgsql as $$
@@ -62,6 +62,42 @@ select ok(not pg_catalog.has_function_privilege('ferry_client', 'ferry.send_queu
 
 select ok(pg_catalog.has_function_privilege('ferry_gateway', 'ferry.send_queued_cues()', 'execute'),
     'the gateway sends them');
+
+-- A lock's claim and release queue their cue too (locks.sql); a heartbeat cues nobody.
+-- Each call as device d1 of a user, in this transaction; the cues queued since, as the
+-- owner reads them, and what the call left of ferry.skip_cues and ferry.cues_queued.
+insert into ferry.users (id) values ('00000000-0000-4000-8000-0000000000c1');
+create function cues_test.lock_call(p_call text) returns jsonb language plpgsql as $$
+declare
+    v_before tid[] := array(select q.ctid from ferry.queued_cues q);
+    v_answer jsonb;
+    v_queued text[];
+begin
+    perform pg_catalog.set_config('ferry.cues_queued', '', true);
+    perform pg_catalog.set_config('role', 'ferry_client', true),
+        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000c1', true),
+        pg_catalog.set_config('ferry.device_id', 'd1', true);
+    execute 'select ' || p_call into v_answer;
+    perform pg_catalog.set_config('role', 'none', true);
+    select pg_catalog.array_agg(pg_catalog.regexp_replace(q.payload, '@[0-9]+', '@xid'))
+        into v_queued from ferry.queued_cues q where not q.ctid = any (v_before);
+    return pg_catalog.jsonb_build_object('status', v_answer ->> 'status', 'queued', coalesce(v_queued, '{}'),
+        'cues_queued', pg_catalog.current_setting('ferry.cues_queued', true),
+        'skip_cues', coalesce(pg_catalog.current_setting('ferry.skip_cues', true), ''));
+end
+$$;
+select is(cues_test.lock_call($c$ferry.claim_lock('active_game', 'main')$c$),
+    '{"status": "ok", "queued": ["00000000-0000-4000-8000-0000000000c1 d1@xid active_game"], "cues_queued": "on", "skip_cues": ""}'::jsonb,
+    'a claim that makes the row and takes the lock queues one cue, and leaves skip_cues as it was');
+select is(cues_test.lock_call($c$ferry.heartbeat_lock('active_game', 'main')$c$),
+    '{"status": "ok", "queued": [], "cues_queued": "", "skip_cues": ""}'::jsonb, 'a heartbeat queues nothing');
+select is(cues_test.lock_call($c$ferry.release_lock('active_game', 'main')$c$),
+    '{"status": "ok", "queued": ["00000000-0000-4000-8000-0000000000c1 d1@xid active_game"], "cues_queued": "on", "skip_cues": ""}'::jsonb,
+    'a release that frees the lock queues one cue');
+select is(cues_test.lock_call($c$ferry.release_lock('active_game', 'main')$c$),
+    '{"status": "ok", "queued": [], "cues_queued": "", "skip_cues": ""}'::jsonb, 'a release of a lock not held writes nothing, queues nothing');
+select is(cues_test.lock_call($c$ferry.claim_lock('active_game', 'main')$c$) - 'queued' - 'status',
+    '{"cues_queued": "on", "skip_cues": ""}'::jsonb, 'a claim of an existing row queues its cue as well');
 
 select * from finish();
 rollback;

@@ -126,6 +126,7 @@ declare
     v_holder text;
     v_at timestamptz;
     v_now timestamptz := pg_catalog.now();
+    v_skip text;
 begin
     select * into v_lock from ferry.lock_table(p_table);
     if v_lock.rel is null then
@@ -134,6 +135,7 @@ begin
     end if;
     v_select := pg_catalog.format('select true, t._lock_device, t._lock_heartbeat_at from %s t where t.%I = $1 and t.%I = $2::%s for update',
         v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type);
+    v_skip := ferry.quiet_lock_writes(p_table);
     begin
         execute v_select into v_found, v_holder, v_at using v_user, p_key;
         if v_found is null then
@@ -144,17 +146,21 @@ begin
         end if;
     exception
         when data_exception or integrity_constraint_violation then
+            perform ferry.cue_lock_writes(p_table, v_skip, false);
             return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
     end;
 
     if v_holder is not null and v_holder <> v_device and not coalesce(p_force, false)
         and v_at > v_now - pg_catalog.make_interval(secs => v_lock.stale_seconds)
     then
+        -- Only a row that was there can be held: nothing was written.
+        perform ferry.cue_lock_writes(p_table, v_skip, false);
         return pg_catalog.jsonb_build_object('status', 'lock_held', 'holder', v_holder,
             'heartbeat_age_ms', pg_catalog.floor(extract(epoch from v_now - v_at) * 1000)::bigint);
     end if;
     execute pg_catalog.format('update %s t set _lock_device = $3, _lock_heartbeat_at = $4 where t.%I = $1 and t.%I = $2::%s',
         v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) using v_user, p_key, v_device, v_now;
+    perform ferry.cue_lock_writes(p_table, v_skip, true);
     return ferry.lock_answer(v_device, v_now);
 end
 $_$;
@@ -439,6 +445,23 @@ begin
     return case when v_device is null or v_device = '' or pg_catalog.strpos(v_device, ' ') > 0
             or pg_catalog.length(v_device) > 200
         then '-' else v_device end || '@' || pg_catalog.pg_current_xact_id()::text;
+end
+$$;
+
+
+--
+-- Name: cue_lock_writes(text, text, boolean); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.cue_lock_writes(p_table text, p_skip text, p_wrote boolean) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+begin
+    perform pg_catalog.set_config('ferry.skip_cues', coalesce(p_skip, ''), true);
+    if p_wrote and p_skip is distinct from 'on' then
+        perform ferry.queue_cue(ferry.uid()::text || ' ' || ferry.cue_device() || ' ' || p_table);
+    end if;
 end
 $$;
 
@@ -2770,6 +2793,25 @@ COMMENT ON FUNCTION ferry.queue_cue(p_payload text) IS 'Queues one cue in ferry.
 
 
 --
+-- Name: quiet_lock_writes(text); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.quiet_lock_writes(p_table text) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO ''
+    AS $$
+declare
+    v_skip text := pg_catalog.current_setting('ferry.skip_cues', true);
+begin
+    if v_skip is distinct from 'on' then
+        perform pg_catalog.set_config('ferry.skip_cues', p_table, true);
+    end if;
+    return v_skip;
+end
+$$;
+
+
+--
 -- Name: rebuild_generated_code(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -3181,21 +3223,27 @@ CREATE FUNCTION ferry.release_lock(p_table text, p_key text) RETURNS jsonb
     AS $_$
 declare
     v_lock record;
+    v_skip text;
+    v_released integer;
 begin
     select * into v_lock from ferry.lock_table(p_table);
     if v_lock.rel is null then
         return pg_catalog.jsonb_build_object('status', 'not_found',
             'message', pg_catalog.format('%s is not a device_lock table', pg_catalog.to_json(p_table)));
     end if;
+    v_skip := ferry.quiet_lock_writes(p_table);
     begin
         execute pg_catalog.format(
             'update %s t set _lock_device = null, _lock_heartbeat_at = null where t.%I = $1 and t.%I = $2::%s and t._lock_device = $3',
             v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type)
             using ferry.uid(), p_key, ferry.device_id();
+        get diagnostics v_released = row_count;
     exception
         when data_exception then
+            perform ferry.cue_lock_writes(p_table, v_skip, false);
             return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
     end;
+    perform ferry.cue_lock_writes(p_table, v_skip, v_released > 0);
     return pg_catalog.jsonb_build_object('status', 'ok');
 end
 $_$;
@@ -5895,6 +5943,13 @@ GRANT ALL ON FUNCTION ferry.cue_device() TO ferry_client;
 
 
 --
+-- Name: FUNCTION cue_lock_writes(p_table text, p_skip text, p_wrote boolean); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.cue_lock_writes(p_table text, p_skip text, p_wrote boolean) FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION current_account(OUT user_id uuid, OUT email text, OUT email_confirmed boolean); Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -6235,6 +6290,13 @@ GRANT ALL ON FUNCTION ferry.push_tables(p_list jsonb) TO ferry_client;
 
 REVOKE ALL ON FUNCTION ferry.queue_cue(p_payload text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.queue_cue(p_payload text) TO ferry_client;
+
+
+--
+-- Name: FUNCTION quiet_lock_writes(p_table text); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.quiet_lock_writes(p_table text) FROM PUBLIC;
 
 
 --

@@ -56,14 +56,18 @@ struct LockAnswer: QueryRowDecodable {
     var heartbeatAgeMilliseconds: Int?
     /// Why, for `not_found` and `invalid`.
     var message: String?
+    /// Whether the call queued a cue (a claim or a release that wrote) for the gateway to
+    /// send after the commit (``QueuedCueSender``).
+    var cuesQueued: Bool
 
-    static let columns = ["status", "holder", "heartbeat_at", "heartbeat_age_ms", "message"]
+    static let columns = ["status", "holder", "heartbeat_at", "heartbeat_age_ms", "message", "cues_queued"]
 
     /// The statement that reads `call`'s answer into ``columns``.
     static func select(from call: String) -> String {
         """
         select a ->> 'status' as status, a ->> 'holder' as holder, a ->> 'heartbeat_at' as heartbeat_at,
-            (a ->> 'heartbeat_age_ms')::bigint as heartbeat_age_ms, a ->> 'message' as message
+            (a ->> 'heartbeat_age_ms')::bigint as heartbeat_age_ms, a ->> 'message' as message,
+            \(Push.cuesQueuedColumn)
         from \(call) a
         """
     }
@@ -74,5 +78,6 @@ struct LockAnswer: QueryRowDecodable {
         heartbeatAt = try row.decodeIfPresent("heartbeat_at")
         heartbeatAgeMilliseconds = try row.decodeIfPresent("heartbeat_age_ms")
         message = try row.decodeIfPresent("message")
+        cuesQueued = try row.decodeIfPresent("cues_queued") ?? false
     }
 }

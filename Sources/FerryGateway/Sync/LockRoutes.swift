@@ -52,7 +52,9 @@ struct LockRoutes {
     ) where Query.Answer == LockAnswer {
         context.run(query, as: caller, answering: responder) { result in
             switch result {
-            case .success(let answer): responder.respond(response(answer))
+            case .success(let answer):
+                if answer.cuesQueued { context.queuedCues.queued() }
+                responder.respond(response(answer))
             case .failure(let failure): responder.respond(context.failure(failure).response)
             }
         }

@@ -13,7 +13,10 @@
 --   invalid     the key does not cast to the key column's type, or claiming could not
 --               create the row (a non-key column without a default); {"message"}
 -- Every claim, heartbeat and release updates the row, so its _stamp moves and the other
--- devices pull it again; claims and releases cue them, heartbeats do not.
+-- devices pull it again; claims and releases cue them, heartbeats do not. A claim's or a
+-- release's cue is queued (ferry.queue_cue), as push's are: its writes run with
+-- ferry.skip_cues set to the table, and the gateway sends the cue after the commit, so
+-- the commit does not hold NOTIFY's cluster-wide lock (cues.sql).
 --
 -- Not closed here: a ferry_client session can still UPDATE a row's own columns while
 -- another device holds its lock (the lock_not_held check lives in ferry.push, which the
@@ -52,6 +55,36 @@ as $$
         'heartbeat_at', pg_catalog.to_char(p_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
 $$;
 
+-- MARK: - Quiet writes, one queued cue
+
+-- Before a claim's or a release's writes: ferry.skip_cues set to the table (unless it is
+-- on), so its cue triggers stay quiet. Returns the setting to restore.
+create or replace function ferry.quiet_lock_writes(p_table text) returns text
+language plpgsql set search_path = ''
+as $$
+declare
+    v_skip text := pg_catalog.current_setting('ferry.skip_cues', true);
+begin
+    if v_skip is distinct from 'on' then
+        perform pg_catalog.set_config('ferry.skip_cues', p_table, true);
+    end if;
+    return v_skip;
+end
+$$;
+
+-- After them: the setting restored, and, when they wrote (and cues were not off), the
+-- one cue for the caller's other devices queued.
+create or replace function ferry.cue_lock_writes(p_table text, p_skip text, p_wrote boolean) returns void
+language plpgsql set search_path = ''
+as $$
+begin
+    perform pg_catalog.set_config('ferry.skip_cues', coalesce(p_skip, ''), true);
+    if p_wrote and p_skip is distinct from 'on' then
+        perform ferry.queue_cue(ferry.uid()::text || ' ' || ferry.cue_device() || ' ' || p_table);
+    end if;
+end
+$$;
+
 -- MARK: - Claim, heartbeat, release
 
 -- Claim creates the row when missing (owner = caller, other columns at their defaults)
@@ -70,6 +103,7 @@ declare
     v_holder text;
     v_at timestamptz;
     v_now timestamptz := pg_catalog.now();
+    v_skip text;
 begin
     select * into v_lock from ferry.lock_table(p_table);
     if v_lock.rel is null then
@@ -78,6 +112,7 @@ begin
     end if;
     v_select := pg_catalog.format('select true, t._lock_device, t._lock_heartbeat_at from %s t where t.%I = $1 and t.%I = $2::%s for update',
         v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type);
+    v_skip := ferry.quiet_lock_writes(p_table);
     begin
         execute v_select into v_found, v_holder, v_at using v_user, p_key;
         if v_found is null then
@@ -88,17 +123,21 @@ begin
         end if;
     exception
         when data_exception or integrity_constraint_violation then
+            perform ferry.cue_lock_writes(p_table, v_skip, false);
             return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
     end;
 
     if v_holder is not null and v_holder <> v_device and not coalesce(p_force, false)
         and v_at > v_now - pg_catalog.make_interval(secs => v_lock.stale_seconds)
     then
+        -- Only a row that was there can be held: nothing was written.
+        perform ferry.cue_lock_writes(p_table, v_skip, false);
         return pg_catalog.jsonb_build_object('status', 'lock_held', 'holder', v_holder,
             'heartbeat_age_ms', pg_catalog.floor(extract(epoch from v_now - v_at) * 1000)::bigint);
     end if;
     execute pg_catalog.format('update %s t set _lock_device = $3, _lock_heartbeat_at = $4 where t.%I = $1 and t.%I = $2::%s',
         v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type) using v_user, p_key, v_device, v_now;
+    perform ferry.cue_lock_writes(p_table, v_skip, true);
     return ferry.lock_answer(v_device, v_now);
 end
 $$;
@@ -146,21 +185,27 @@ language plpgsql security definer set search_path = ''
 as $$
 declare
     v_lock record;
+    v_skip text;
+    v_released integer;
 begin
     select * into v_lock from ferry.lock_table(p_table);
     if v_lock.rel is null then
         return pg_catalog.jsonb_build_object('status', 'not_found',
             'message', pg_catalog.format('%s is not a device_lock table', pg_catalog.to_json(p_table)));
     end if;
+    v_skip := ferry.quiet_lock_writes(p_table);
     begin
         execute pg_catalog.format(
             'update %s t set _lock_device = null, _lock_heartbeat_at = null where t.%I = $1 and t.%I = $2::%s and t._lock_device = $3',
             v_lock.rel, v_lock.owner_column, v_lock.key_column, v_lock.key_type)
             using ferry.uid(), p_key, ferry.device_id();
+        get diagnostics v_released = row_count;
     exception
         when data_exception then
+            perform ferry.cue_lock_writes(p_table, v_skip, false);
             return pg_catalog.jsonb_build_object('status', 'invalid', 'message', sqlerrm);
     end;
+    perform ferry.cue_lock_writes(p_table, v_skip, v_released > 0);
     return pg_catalog.jsonb_build_object('status', 'ok');
 end
 $$;
@@ -168,7 +213,8 @@ $$;
 -- MARK: - Grants
 
 revoke all on function
-    ferry.lock_table(text), ferry.lock_answer(text, timestamptz),
+    ferry.lock_table(text), ferry.lock_answer(text, timestamptz), ferry.quiet_lock_writes(text),
+    ferry.cue_lock_writes(text, text, boolean),
     ferry.claim_lock(text, text, boolean), ferry.heartbeat_lock(text, text), ferry.release_lock(text, text)
 from public;
 
