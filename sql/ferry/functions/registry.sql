@@ -390,10 +390,11 @@ comment on function ferry.install_triggers(regclass) is
 -- ferry.synced_tables.pull_reader: the table's pull query written out as static SQL, so
 -- PostgreSQL keeps its plans for the session (the same query built as text and run with
 -- EXECUTE is parsed and planned on every pull). Its four queries are one query in four
--- forms: first load or not, resuming inside this table or not; a fifth, for the steady
--- state (after a cursor, not resuming), reads the same rows without their positions and
--- is answered alone when they fit in the page (fewer rows than the limit), which is the
--- only case where pull does not need them. STABLE and SECURITY
+-- forms: first load or not, resuming inside this table or not. A fifth, for the steady
+-- state (after a cursor, not resuming), reads the same rows without row numbers, keys
+-- or positions, and is the answer when they are fewer than the limit: the page then
+-- cannot end inside this table, and pull takes a position only from the table where
+-- its page ends; otherwise the rows are read again in the full form. STABLE and SECURITY
 -- INVOKER like ferry.pull, so it reads in pull's snapshot under Row Level Security; it
 -- sets no search_path and names everything qualified. Its SQL names the table and
 -- primary key as they were when it was built, so it first checks, by index lookups,
