@@ -365,6 +365,41 @@ import Testing
         }
     }
 
+    // MARK: - Push: two devices' first writes of one row
+
+    /// Two devices of one user insert the same `set` row at once: the second waits for
+    /// the first's insert, and when that commits it is decided on as if the row had been
+    /// there (the same row: duplicate), never answered constraint_violation.
+    @Test func aConcurrentFirstInsertOfTheSameKeyIsDecidedOnTheCommittedRow() async throws {
+        try await withTables { database, a in
+            let phone = try await database.connectAsClient(user: a, device: "phone")
+            let laptop = try await database.connectAsClient(user: a, device: "laptop")
+            defer {
+                Task {
+                    await phone.close()
+                    await laptop.close()
+                }
+            }
+            // The phone's insert, in a transaction left open.
+            let insert = #"{"id": 1, "table": "achievements", "op": "insert", "row": {"name": "first_win"}}"#
+            try await phone.client.execute("begin")
+            let first = try PushAnswer(
+                try await phone.client.pipeline([
+                    phone.identityStatement,
+                    PostgresStatement("select ferry.push($1::jsonb)", [#"{"mutations": ["# + insert + "]}"]),
+                ])[1][0, 0])
+            #expect(first.outcomes == ["applied"], "\(first)")
+            let phonePID = await phone.client.backendPID()
+            // The laptop's insert of the same key waits for it.
+            let same = Task { try await laptop.push([mutation(1, "achievements", "insert", ["name": "first_win"])]) }
+            try await database.admin.waitForBackends(blockedBy: phonePID)
+            _ = try await phone.client.execute("commit")
+            let second = try await same.value
+            #expect(second.outcomes == ["duplicate"], "\(second)")
+            #expect(try await database.value("select count(*) from achievements") == "1")
+        }
+    }
+
     // MARK: - Push: exactly once
 
     @Test func replayedBatchIsAllDuplicateAndChangesNothing() async throws {

@@ -145,6 +145,8 @@ begin
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
             'oid', c.oid::bigint, 'owner', s.owner_column,
             'key', k.names, 'key_list', k.list, 'match', k.match, 'key_types', k.types, 'columns', cols.names,
+            -- Whether the key may arbitrate ON CONFLICT (not deferrable).
+            'key_immediate', (select i.indimmediate from pg_catalog.pg_index i where i.indrelid = c.oid and i.indisprimary),
             'shape', ferry.upsert_shape(c.oid), 'set_based', sb.ok, 'rules', pg_catalog.jsonb_build_object(
                 'table', ferry.write_rule(s.strategy, null, c.relname),
                 'insert', ferry.write_rule(s.strategy, 'insert', c.relname),
@@ -281,6 +283,8 @@ declare
     v_rejected_messages text[] := '{}'::text[];
     v_earlier integer;
     v_runs jsonb;
+    v_retried boolean;
+    v_inserted integer;
     v_ids jsonb;
     v_run jsonb;
     v_count integer;
@@ -541,60 +545,81 @@ begin
             -- tombstone and who holds its lock; for an insert also the stored row and the
             -- given one as the table's types make them, to compare. Casting the values here
             -- is where a wrong type becomes invalid_row.
-            v_found := null;
-            execute pg_catalog.format(
-                'select true, t._deleted, %s, %s from %s t, pg_catalog.jsonb_populate_record(null::%s, $1) p where %s for update of t',
-                case when (v_rule ->> 'held')::boolean then 't._lock_device' else 'null::text' end,
-                case when v_rule ->> 'live' = 'same_or_immutable' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)'
-                    else 'null::jsonb, null::jsonb' end,
-                v_rel, v_rel, v_table ->> 'match')
-                into v_found, v_deleted, v_holder, v_stored, v_typed using v_row;
-            if v_stored is not null then
-                v_same := (v_stored - array(select pg_catalog.jsonb_object_keys(v_stored) except select pg_catalog.unnest(v_given)))
-                    = (v_typed - array(select pg_catalog.jsonb_object_keys(v_typed) except select pg_catalog.unnest(v_given)));
-            end if;
-            v_found := coalesce(v_found, false);
-            -- Without a row the values are cast by the write itself.
-            if v_holder is not null and v_holder <> v_device then
-                v_code := 'lock_not_held';
-                v_message := pg_catalog.format('another device holds this row of %s', v_m ->> 'table');
-                exit mutation;
-            end if;
+            -- The row under this key decided on (twice at most: see the insert).
+            v_retried := false;
+            <<attempt>>
+            loop
+                v_found := null;
+                v_same := null;
+                execute pg_catalog.format(
+                    'select true, t._deleted, %s, %s from %s t, pg_catalog.jsonb_populate_record(null::%s, $1) p where %s for update of t',
+                    case when (v_rule ->> 'held')::boolean then 't._lock_device' else 'null::text' end,
+                    case when v_rule ->> 'live' = 'same_or_immutable' then 'pg_catalog.to_jsonb(t), pg_catalog.to_jsonb(p)'
+                        else 'null::jsonb, null::jsonb' end,
+                    v_rel, v_rel, v_table ->> 'match')
+                    into v_found, v_deleted, v_holder, v_stored, v_typed using v_row;
+                if v_stored is not null then
+                    v_same := (v_stored - array(select pg_catalog.jsonb_object_keys(v_stored) except select pg_catalog.unnest(v_given)))
+                        = (v_typed - array(select pg_catalog.jsonb_object_keys(v_typed) except select pg_catalog.unnest(v_given)));
+                end if;
+                v_found := coalesce(v_found, false);
+                -- Without a row the values are cast by the write itself.
+                if v_holder is not null and v_holder <> v_device then
+                    v_code := 'lock_not_held';
+                    v_message := pg_catalog.format('another device holds this row of %s', v_m ->> 'table');
+                    exit mutation;
+                end if;
 
-            v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
-            v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = p.%1$I', k), ', ')
-                from pg_catalog.unnest(v_given) k where not k = any (v_key));
+                v_list_sql := (select pg_catalog.string_agg(pg_catalog.format('%I', k), ', ') from pg_catalog.unnest(v_given) k);
+                v_sets := (select pg_catalog.string_agg(pg_catalog.format('%1$I = p.%1$I', k), ', ')
+                    from pg_catalog.unnest(v_given) k where not k = any (v_key));
 
-            if v_op = 'delete' then
-                if v_found and not v_deleted then
+                if v_op = 'delete' then
+                    if v_found and not v_deleted then
+                        execute pg_catalog.format(
+                            'update %s t set _deleted = true from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
+                            v_rel, v_rel, v_table ->> 'match') using v_row;
+                        v_wrote := true;
+                    end if;
+                elsif not v_found then
+                    -- Another device of the caller may have inserted this key since the select
+                    -- (two devices' first writes of one row): ON CONFLICT waits for that insert
+                    -- and writes nothing if it committed, and the row is decided on as if it had
+                    -- been there. Once: a key still invisible then is another user's, and the
+                    -- plain insert raises what it always did (as it does for a deferrable key,
+                    -- which cannot arbitrate ON CONFLICT).
                     execute pg_catalog.format(
-                        'update %s t set _deleted = true from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
-                        v_rel, v_rel, v_table ->> 'match') using v_row;
+                        'insert into %s (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)%s',
+                        v_rel, v_list_sql, v_list_sql, v_rel,
+                        case when v_retried or not (v_table ->> 'key_immediate')::boolean then ''
+                            else pg_catalog.format(' on conflict (%s) do nothing', v_table ->> 'key_list') end)
+                        using v_row;
+                    get diagnostics v_inserted = row_count;
+                    if v_inserted = 0 then
+                        v_retried := true;
+                        continue attempt;
+                    end if;
+                    v_wrote := true;
+                elsif not v_deleted and (v_rule ->> 'live' = 'duplicate' or (v_rule ->> 'live' = 'same_or_immutable' and v_same)) then
+                    v_code := 'duplicate';
+                elsif (not v_deleted and v_rule ->> 'live' <> 'overwrite') or (v_deleted and v_rule ->> 'tombstone' = 'immutable') then
+                    v_code := 'immutable';
+                    v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
+                else
+                    -- An overwrite, a merge write of the given columns; or a revived tombstone,
+                    -- which starts from the given columns (the others take their defaults).
+                    if v_deleted then
+                        v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
+                                then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
+                            from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
+                    end if;
+                    execute pg_catalog.format(
+                        'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
+                        v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
                     v_wrote := true;
                 end if;
-            elsif not v_found then
-                execute pg_catalog.format(
-                    'insert into %s (%s) select %s from pg_catalog.jsonb_populate_record(null::%s, $1)',
-                    v_rel, v_list_sql, v_list_sql, v_rel) using v_row;
-                v_wrote := true;
-            elsif not v_deleted and (v_rule ->> 'live' = 'duplicate' or (v_rule ->> 'live' = 'same_or_immutable' and v_same)) then
-                v_code := 'duplicate';
-            elsif (not v_deleted and v_rule ->> 'live' <> 'overwrite') or (v_deleted and v_rule ->> 'tombstone' = 'immutable') then
-                v_code := 'immutable';
-                v_message := pg_catalog.format('a different row of %s exists under this key', v_m ->> 'table');
-            else
-                -- An overwrite, a merge write of the given columns; or a revived tombstone,
-                -- which starts from the given columns (the others take their defaults).
-                if v_deleted then
-                    v_sets := (select pg_catalog.string_agg(case when k = any (v_given)
-                            then pg_catalog.format('%1$I = p.%1$I', k) else pg_catalog.format('%I = default', k) end, ', ')
-                        from pg_catalog.jsonb_object_keys(v_table -> 'columns') k where not k = any (v_key));
-                end if;
-                execute pg_catalog.format(
-                    'update %s t set %s_deleted = false from pg_catalog.jsonb_populate_record(null::%s, $1) p where %s',
-                    v_rel, coalesce(v_sets || ', ', ''), v_rel, v_table ->> 'match') using v_row;
-                v_wrote := true;
-            end if;
+                exit attempt;
+            end loop;
         exception
             when data_exception then
                 v_code := 'invalid_row';
