@@ -99,7 +99,8 @@ format: ## rewrite Sources and Tests with swift-format
 # the ones with a window of seconds.
 # The database is stopped afterwards only when this target started it; the exit
 # status is the tests': the Swift suites', then the SQL checks' (Tests/sql/run.sh), both
-# run whatever the other's outcome.
+# run whatever the other's outcome. The failing tests' lines are repeated last, where a
+# log's tail shows them.
 test: deps build deb lint ## lint, build the Debian package, start PostgreSQL, run every test against it (Swift in parallel, then the SQL checks)
 	@started=""; \
 	if ! $(FERRY) db status >/dev/null; then $(FERRY) db start; started=yes; fi; \
@@ -107,8 +108,8 @@ test: deps build deb lint ## lint, build the Debian package, start PostgreSQL, r
 	trap 'stop_database; exit 130' INT TERM; \
 	status=0; \
 	FERRY_TEST_DATABASE_URL="$$($(FERRY) db url)" timeout --kill-after=15s $(TEST_TIMEOUT) swift test --parallel \
-	  --experimental-maximum-parallelization-width $(TEST_WIDTH) \
-	  || status=$$?; \
+	  --experimental-maximum-parallelization-width $(TEST_WIDTH) 2>&1 \
+	  | tee .build/swift-test.log || status=$$?; \
 	if [ "$$status" -eq 124 ] || [ "$$status" -eq 137 ]; then \
 	  echo "make test: the tests did not finish within $(TEST_TIMEOUT) s: a test hung (see the last 'started' lines)"; \
 	fi; \
@@ -116,7 +117,10 @@ test: deps build deb lint ## lint, build the Debian package, start PostgreSQL, r
 	if [ "$$sql_status" -ne 0 ]; then echo "make test: the SQL checks failed (exit $$sql_status)"; \
 	  if [ "$$status" -eq 0 ]; then status=$$sql_status; fi; fi; \
 	stop_database; \
-	if [ "$$status" -ne 0 ]; then echo "make test: tests failed (exit $$status)"; fi; \
+	if [ "$$status" -ne 0 ]; then \
+	  grep -E '^✘ Test .*(recorded an issue|failed)' .build/swift-test.log | cut -c1-400 | head -20 \
+	    | sed 's/^/make test: /' || true; \
+	  echo "make test: tests failed (exit $$status)"; fi; \
 	exit "$$status"
 
 sql-test: deps build db ## plpgsql_check over Ferry's PL/pgSQL and the pgTAP tests (Tests/sql/run.sh)
