@@ -95,7 +95,9 @@ public final class Gateway: Sendable {
             }
             let index = group.loops.firstIndex { $0 === loop }!
             let sharedPulls = sharedPullChannel.map { channel in
-                SharedPulls(loop: loop, loopIndex: index, pool: pool, channel: channel, logger: logger)
+                SharedPulls(
+                    loop: loop, loopIndex: index, pool: pool, channel: channel,
+                    waitMilliseconds: UInt64(configuration.sharedPullWaitMilliseconds), logger: logger)
             }
             let context = LoopContext(
                 loop: loop, pool: pool, logger: logger, streams: streamPolicy, accounts: accounts, quota: quota,

@@ -62,6 +62,9 @@ public struct GatewayConfiguration: Sendable {
     /// Whether each loop answers the shared part of pulls from its memory of the `shared`
     /// tables' changes (`--shared-pull-cache`, docs/OPERATIONS.md "Shared-change storms").
     public var sharedPullCache: Bool
+    /// Milliseconds a pull waits for its loop's memory of shared changes to be current
+    /// (`--shared-pull-wait-ms`) before PostgreSQL answers it instead.
+    public var sharedPullWaitMilliseconds: Int
     /// Largest request body accepted, bytes.
     public var maxBodyBytes: Int
     /// Most mutations accepted in one push.
@@ -219,6 +222,9 @@ public struct GatewayConfiguration: Sendable {
         Setting(
             "shared-pull-cache", env: "FERRY_SHARED_PULL_CACHE", default: "on",
             help: "on: pulls whose only news is in shared tables are answered from memory; off: all from PostgreSQL"),
+        Setting(
+            "shared-pull-wait-ms", env: "FERRY_SHARED_PULL_WAIT_MS", default: "1000",
+            help: "milliseconds a pull waits for the memory of shared changes to be current, then goes to PostgreSQL"),
         Setting(
             "max-body-bytes", env: "FERRY_MAX_BODY_BYTES", default: "1048576",
             help: "largest request body accepted (larger: 413)"),
@@ -408,6 +414,7 @@ public struct GatewayConfiguration: Sendable {
         statementTimeoutMilliseconds = try values.integer("statement-timeout-ms", in: 1...3_600_000)!
         preparesStatements = try values.choice("prepared-statements", ["on", "off"]) == "on"
         sharedPullCache = try values.choice("shared-pull-cache", ["on", "off"]) == "on"
+        sharedPullWaitMilliseconds = try values.integer("shared-pull-wait-ms", in: 1...60_000)!
         maxBodyBytes = try values.integer("max-body-bytes", in: 1024...(1 << 30))!
         maxPushMutations = try values.integer("max-push-mutations", in: 1...1_000_000)!
         headerTimeoutSeconds = try values.integer("header-timeout", in: 1...3600)!

@@ -37,6 +37,13 @@ import Testing
         #expect(error?.description.contains("FERRY_SHARED_PULL_CACHE") == true, "\(String(describing: error))")
     }
 
+    @Test func theSharedPullWaitIsBounded() throws {
+        #expect(try configuration([]).sharedPullWaitMilliseconds == 1_000)
+        #expect(try configuration(["--shared-pull-wait-ms", "30000"]).sharedPullWaitMilliseconds == 30_000)
+        let error = #expect(throws: SettingsError.self) { try configuration(["--shared-pull-wait-ms", "0"]) }
+        #expect(error?.description.contains("FERRY_SHARED_PULL_WAIT_MS") == true, "\(String(describing: error))")
+    }
+
     @Test func preparedStatementsAreOnOrOff() throws {
         #expect(
             try !configuration([], environment: Self.environment.merging(["FERRY_PREPARED_STATEMENTS": "off"]) { $1 })

@@ -9,9 +9,13 @@ import Testing
 @Suite(.hangLimit, .tags(.database), .tagSelection) struct SharedPullCacheTests {
     static let servedFromMemory = #"served_by="shared_cache""#
     static let servedByDatabase = #"served_by="primary""#
+    /// A gateway whose pulls wait up to 30 s for memory to be current, not the default
+    /// second: these tests assert which source answered, and a loaded machine once took
+    /// longer than a second over a barrier and a refresh.
+    static let patient = ["--shared-pull-wait-ms", "30000"]
 
     @Test func aSharedChangeIsPulledFromMemoryAndTheNextPullIsExact() async throws {
-        try await withAccountsGateway(examples: ["puzzle"]) { server in
+        try await withAccountsGateway(arguments: Self.patient, examples: ["puzzle"]) { server in
             let ana = try await server.signUpAnonymous()
             let load = try await warmCursor(server, ana)
             let before = try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory)
@@ -51,7 +55,7 @@ import Testing
 
     @Test func memoryAnswersWhatPostgreSQLWould() async throws {
         // The same pulls against a gateway with the cache off, on the same database state.
-        try await withAccountsGateway(examples: ["puzzle"]) { server in
+        try await withAccountsGateway(arguments: Self.patient, examples: ["puzzle"]) { server in
             let ana = try await server.signUpAnonymous()
             let load = try await warmCursor(server, ana)
             let before = try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory)
@@ -80,7 +84,7 @@ import Testing
     @Test func anOwnChangeCommittedBeforeThePullIsNeverAnsweredFromMemory() async throws {
         // The write's cue may still be on its way to the gateway when the pull arrives: the
         // barrier makes the gateway hear it first, so the pull goes to PostgreSQL and has it.
-        try await withAccountsGateway(examples: ["puzzle"]) { server in
+        try await withAccountsGateway(arguments: Self.patient, examples: ["puzzle"]) { server in
             let ana = try await server.signUpAnonymous()
             var cursor = try #require(try await server.pull(ana).cursor)
             for round in 1...20 {
@@ -100,7 +104,7 @@ import Testing
     }
 
     @Test func aSharedChangeCommittedBeforeThePullIsInItsAnswer() async throws {
-        try await withAccountsGateway(examples: ["puzzle"]) { server in
+        try await withAccountsGateway(arguments: Self.patient, examples: ["puzzle"]) { server in
             let ana = try await server.signUpAnonymous()
             var cursor = try await warmCursor(server, ana)
             let before = try await server.metric("ferry_pulls_total", labels: Self.servedFromMemory)
@@ -118,7 +122,7 @@ import Testing
     @Test func anOwnChangeNoCueAnnouncedComesWithThePullAfterASharedOne() async throws {
         // A write under ferry.skip_cues (as a lock's heartbeat) cues nobody: memory, which
         // answers only shared news, leaves it to the next pull, which PostgreSQL answers.
-        try await withAccountsGateway(examples: ["puzzle"]) { server in
+        try await withAccountsGateway(arguments: Self.patient, examples: ["puzzle"]) { server in
             let ana = try await server.signUpAnonymous()
             let load = try await warmCursor(server, ana)
             try await server.database.admin.execute(
@@ -139,7 +143,7 @@ import Testing
     }
 
     @Test func aPullPastItsLimitAndAPagingCursorGoToPostgreSQL() async throws {
-        try await withAccountsGateway(examples: ["puzzle"]) { server in
+        try await withAccountsGateway(arguments: Self.patient, examples: ["puzzle"]) { server in
             let ana = try await server.signUpAnonymous()
             let load = try await server.pull(ana)
             try await publishPuzzle(server, day: "2026-09-01")
@@ -173,9 +177,10 @@ import Testing
         let heard = try await server.metric("ferry_cues_received_total")
         try await server.database.admin.execute(
             "insert into public.daily_puzzles (day, grid) values ('\(day)', '\(String(repeating: "7", count: 81))')")
-        _ = try await eventuallyHolds(seconds: 10) {
+        let isHeard = try await eventuallyHolds(seconds: 30) {
             try await server.metric("ferry_cues_received_total") > heard
         }
+        try #require(isHeard, "the gateway did not hear the cue of the new puzzle")
     }
 
     private func pushGameRecord(_ server: AccountsGateway, _ session: TestSession, id: String, mutation: Int)

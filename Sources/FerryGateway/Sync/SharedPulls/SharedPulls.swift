@@ -18,11 +18,11 @@ import Foundation
 ///   its pull included;
 /// - the **refresh** (``SharedChanges``), when a `shared` table's cue came since the last
 ///   one began (or none was read yet): the shared rows changed since the cache's position.
-/// A pull that waits longer than ``waitMilliseconds`` (the listener is down, the database
-/// slow) goes to PostgreSQL like any other.
+/// A pull that waits longer than ``waitMilliseconds`` (`--shared-pull-wait-ms`; the
+/// listener is down, the database slow) goes to PostgreSQL like any other.
 final class SharedPulls {
     /// How long a pull waits for its barrier and refresh before PostgreSQL answers it.
-    static let waitMilliseconds: UInt64 = 1_000
+    let waitMilliseconds: UInt64
     /// The least time between two barriers of a loop: pulls that arrive meanwhile share
     /// the next one. A barrier costs PostgreSQL about a quarter of a pull; in a storm of
     /// pulls this bounds them to a hundred a second per loop, for 10 ms more per pull.
@@ -70,10 +70,14 @@ final class SharedPulls {
         "ferry_sync_" + String(UInt64.random(in: .min ... .max), radix: 16)
     }
 
-    init(loop: EventLoop, loopIndex: Int, pool: PostgresPool, channel: String, logger: Logger) {
+    init(
+        loop: EventLoop, loopIndex: Int, pool: PostgresPool, channel: String, waitMilliseconds: UInt64,
+        logger: Logger
+    ) {
         self.loop = loop
         self.pool = pool
         self.channel = channel
+        self.waitMilliseconds = waitMilliseconds
         self.logger = logger
         tokenPrefix = "\(loopIndex)."
     }
@@ -123,7 +127,7 @@ final class SharedPulls {
         lastBarrierAt = loop.now
         sequence += 1
         let token = tokenPrefix + String(sequence)
-        let deadline = loop.schedule(after: Self.waitMilliseconds) { [weak self] in
+        let deadline = loop.schedule(after: waitMilliseconds) { [weak self] in
             self?.barrierEnded(token, reached: false)
         }
         barrier = (token, nextBarrier, deadline)
