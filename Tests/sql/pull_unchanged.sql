@@ -1,9 +1,9 @@
 -- How a steady-state pull skips the tables with nothing new for the caller
 -- (sql/ferry/functions/registry.sql, ferry.install_pull_rows): ferry.pull_candidates
 -- probes every synced table in one statement and names those with something new since
--- the cursor, ferry.pull calls the dispatcher ferry.pull_rows for those only, and what
--- the dispatcher answers is what the table's reader answers. And the reader's steady-state
--- form: rows without positions when they fit in the page, positions when they fill it.
+-- the cursor, and what the dispatcher ferry.pull_rows answers is what the table's reader
+-- answers. And ferry.pull_steady, which answers a pull after a done cursor in a few
+-- statements, reading only the tables the probes name, or leaves it to ferry.pull.
 --
 -- Rows are given change stamps by hand (the stamp trigger off while they are stored), so
 -- that one transaction can hold a cursor's snapshot ("150:150:": stamps below 150 seen)
@@ -114,7 +114,7 @@ begin
 end
 $$;
 
-select plan(21);
+select plan(26);
 
 -- What each reader answers, called directly (each call counted).
 create temp table expected as
@@ -137,13 +137,33 @@ select is(probe_test.pulled('probe_c', '150:150:') -> 'deletes', '[{"id": "gone"
 -- A first load.
 select is(probe_test.pulled('probe_b', null) -> 'upserts' -> 0 ->> 'title', 'seen', 'probe_b, first load: A''s row');
 
--- The reader's steady state: rows that fit in the page come without a position; a page
--- they fill comes with the position of its last row.
-select is(probe_test.read('probe_a', '150:150:', 2) -> 'reached', 'null'::jsonb, 'fewer rows than the limit: no position');
-select is(probe_test.read('probe_a', '150:150:', 1) - 'reached', probe_test.read('probe_a', '150:150:', 2) - 'reached',
-    'a page the rows fill: the same rows');
-select is(probe_test.read('probe_a', '150:150:', 1) -> 'reached' -> 'key' ->> 'id', 'new', 'a page the rows fill: its last row''s position');
-select is(probe_test.read('probe_a', '150:150:', 0) ->> 'fetched', '1', 'an empty page: whether anything remains');
+-- ferry.pull_steady as A after the cursor "150:150:", at most p_limit rows.
+create function probe_test.steady(p_limit integer default 100) returns jsonb language plpgsql
+as $$
+declare
+    v_answer jsonb;
+begin
+    perform pg_catalog.set_config('role', 'ferry_client', true),
+        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
+        pg_catalog.set_config('ferry.device_id', 'd1', true);
+    v_answer := ferry.pull_steady('{}', pg_catalog.pg_current_snapshot(), '150:150:', null, p_limit);
+    perform pg_catalog.set_config('role', 'none', true);
+    return v_answer;
+end
+$$;
+
+-- The steady state: what the readers answer, for the tables with something new only.
+select is(probe_test.steady() -> 'changes' -> 'probe_a' -> 'upserts', probe_test.pulled('probe_a', '150:150:') -> 'upserts',
+    'steady: probe_a''s new row, as its reader reads it');
+select is(probe_test.steady() -> 'changes' -> 'probe_c',
+    pg_catalog.jsonb_build_object('upserts', '[]'::jsonb, 'deletes', probe_test.pulled('probe_c', '150:150:') -> 'deletes'),
+    'steady: probe_c''s tombstone, as its reader reads it');
+select is((select pg_catalog.array_agg(k order by k) from pg_catalog.jsonb_object_keys(probe_test.steady() -> 'changes') k),
+    '{probe_a,probe_c,probe_s}'::text[], 'steady: the tables with something new for A, not probe_b');
+select is(probe_test.steady() - 'changes' - 'cursor', '{"has_more": false, "last_mutation_id": 0}'::jsonb,
+    'steady: a whole answer');
+select is(probe_test.steady(3) -> 'changes', probe_test.steady() -> 'changes', 'steady: rows that fill the page exactly');
+select is(probe_test.steady(2), null, 'steady: rows past the limit are left to ferry.pull (a page ends inside a table)');
 
 -- All tables at once.
 select ok('probe_a' = any (probe_test.candidates()) and 'probe_c' = any (probe_test.candidates()),
@@ -154,9 +174,12 @@ select ok(not 'probe_s' = any (probe_test.candidates('250:250:')), 'candidates: 
 select is((select pg_catalog.array_agg(c order by o) from unnest(probe_test.candidates()) with ordinality u(c, o)),
     (select pg_catalog.array_agg(c order by c) from unnest(probe_test.candidates()) c), 'candidates: in name order');
 
--- ferry.pull after the cursor calls the readers of the candidates only.
+-- ferry.pull after the cursor calls no reader, and reads only the tables with something
+-- new (probe_b is probed, once, never read).
 create temp table before_pull as
-select n, probe_test.reader_calls(n) as calls from unnest('{probe_a,probe_b,probe_c}'::name[]) n;
+select n, probe_test.reader_calls(n) as calls,
+    (select t.idx_scan + t.seq_scan from pg_catalog.pg_stat_xact_user_tables t where t.relid = n::regclass) as scans
+from unnest('{probe_a,probe_b,probe_c}'::name[]) n;
 select is(
     (select pg_catalog.jsonb_object_keys(ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 100) -> 'changes')
         where pg_catalog.set_config('role', 'ferry_client', true) is not null
@@ -166,12 +189,23 @@ select is(
     'probe_a', 'pull after the cursor: A''s new rows');
 reset role;
 select is((select pg_catalog.array_agg(probe_test.reader_calls(b.n) - b.calls order by b.n) from before_pull b),
-    '{1,0,1}'::bigint[], 'pull after the cursor: probe_b''s reader is not called');
+    '{0,0,0}'::bigint[], 'pull after the cursor: no reader is called');
+select is((select pg_catalog.array_agg(t.idx_scan + t.seq_scan - b.scans order by b.n)
+        from before_pull b join pg_catalog.pg_stat_xact_user_tables t on t.relid = b.n::regclass),
+    '{2,1,2}'::bigint[], 'pull after the cursor: each table probed, probe_b not read');
+select is(
+    (select ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 2) -> 'has_more'
+        where pg_catalog.set_config('role', 'ferry_client', true) is not null
+            and pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true) is not null
+            and pg_catalog.set_config('ferry.device_id', 'd1', true) is not null),
+    'true'::jsonb, 'pull after the cursor past the limit: a page, with more');
+reset role;
 
 -- A synced table the caller may not read: no candidates (pull asks every table it may
 -- read, as on a first load).
 revoke select on public.probe_b from ferry_client;
 select is(probe_test.candidates(), null, 'candidates: null when the caller may not read every synced table');
+select is(probe_test.steady(), null, 'steady: null when the caller may not read every synced table');
 select ok((select ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 100) -> 'changes' ? 'probe_a'
         where pg_catalog.set_config('role', 'ferry_client', true) is not null
             and pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true) is not null

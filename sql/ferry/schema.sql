@@ -859,18 +859,11 @@ declare
     v_object text;
     v_after text;
     v_query text;
-    v_changes text;
     v_resume_from text;
     v_resume_where text;
-    -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
-    -- a takeover from the pull its cue starts, with no heartbeat of its own.
-    v_lock_holder text := '';
 begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
-    end if;
-    if exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock') then
-        v_lock_holder := ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)';
     end if;
     select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
         pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
@@ -890,8 +883,7 @@ begin
             from (
                 select pg_catalog.row_number() over (order by t._stamp, %1$s) as n,
                     t._stamp as stamp, t._deleted as deleted,
-                    pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
+                    $query$ || ferry.pull_row_json(p_table) || $query$ as body,
                     pg_catalog.jsonb_build_object(%2$s) as key
                 from %3$s t%4$s
                 where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
@@ -900,31 +892,6 @@ begin
                 order by t._stamp, %1$s
                 limit p_limit + 1
             ) r;$query$;
-    -- The steady state, a pull after a cursor that fits in its page: the same rows without
-    -- their positions (row numbers, each row's key, the last one reached), which only a
-    -- page that ends inside this table needs. %1$s is the primary key as the subquery's
-    -- k1, k2, …; %2$s orders by it.
-    v_changes := pg_catalog.format($query$select pg_catalog.count(*)::integer,
-                pg_catalog.jsonb_agg(r.body order by r.stamp, %2$s) filter (where not r.deleted),
-                pg_catalog.jsonb_agg(r.key order by r.stamp, %2$s) filter (where r.deleted)
-            into fetched, upserts, deletes
-            from (
-                select t._stamp as stamp, t._deleted as deleted, %1$s,
-                    pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
-                    case when t._deleted then pg_catalog.jsonb_build_object(%3$s) end as key
-                from %4$s t
-                where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                    and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                    and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)
-                order by t._stamp, %5$s
-                limit p_limit + 1
-            ) r;$query$,
-        (select pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', k.name, k.ordinal), ', ' order by k.ordinal)
-            from ferry.primary_key(p_table) k),
-        (select pg_catalog.string_agg(pg_catalog.format('r.k%s', k.ordinal), ', ' order by k.ordinal)
-            from ferry.primary_key(p_table) k),
-        v_object, p_table, v_order);
     v_resume_from := pg_catalog.format(', pg_catalog.jsonb_populate_record(null::%s, p_after_key) p', p_table);
     v_resume_where := pg_catalog.format(' and (t._stamp, %s) > (p_after_stamp, %s)', v_order, v_after);
 
@@ -953,13 +920,6 @@ begin
                     p_table
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';
             end if;
-            if p_since is not null and p_after_key is null then -- changes since the cursor: the steady state
-            %8$s
-                if fetched < p_limit then
-                    return;
-                end if;
-                -- A full page: read again with the positions the next page starts from.
-            end if;
             if p_since is null and p_after_key is null then -- first load
             %4$s
             elsif p_since is null then -- first load, resuming inside this table
@@ -977,8 +937,7 @@ begin
             pg_catalog.format(v_query, v_order, v_object, p_table, '',
                 'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', ''),
             pg_catalog.format(v_query, v_order, v_object, p_table, v_resume_from,
-                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where),
-            v_changes));
+                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where)));
     execute pg_catalog.format(
         'comment on function ferry.%I is %L', v_reader,
         pg_catalog.format('ferry.pull''s reader of %s, built by ferry.install_pull_reader: not to be edited', p_table));
@@ -1008,6 +967,8 @@ declare
     v_branches text;
     v_probes text;
     v_readable text;
+    v_steady_reads text;
+    v_every_table_read boolean := not exists (select from ferry.synced_tables s where s.pull_reader is null);
     v_refusal text := $refusal$raise exception 'pull: synced table %% has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';$refusal$;
 begin
@@ -1030,14 +991,57 @@ begin
                 b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
             E'\n                union all ' order by b.position),
         pg_catalog.string_agg(pg_catalog.format('pg_catalog.has_table_privilege(pg_catalog.to_regclass(%L), ''select'')',
-            b.table_name::text), E'\n                and ' order by b.position)
-        into v_branches, v_probes, v_readable
+            b.table_name::text), E'\n                and ' order by b.position),
+        -- ferry.pull_steady's read of each table: its rows new since the cursor, as the
+        -- reader's "changes since the cursor" reads them, without positions (a page that
+        -- ends inside a table is left to ferry.pull), and whether the table still has the
+        -- primary key it was built for (else ferry.pull, whose reader raises 55000).
+        pg_catalog.string_agg(pg_catalog.format(
+            $read$
+            if %1$L = any (v_tables) then
+                select pg_catalog.count(*)::integer,
+                        pg_catalog.jsonb_agg(r.body order by r.stamp, %2$s) filter (where not r.deleted),
+                        pg_catalog.jsonb_agg(r.key order by r.stamp, %2$s) filter (where r.deleted),
+                        (select exists (select from pg_catalog.pg_index i
+                            where i.indrelid = pg_catalog.to_regclass(%3$L) and i.indisprimary and i.indkey::text = %4$L))
+                    into v_fetched, v_upserts, v_deletes, v_same_key
+                    from (
+                        select t._stamp as stamp, t._deleted as deleted, %5$s,
+                            %6$s as body,
+                            case when t._deleted then pg_catalog.jsonb_build_object(%7$s) end as key
+                        from %3$s t
+                        where t._stamp >= pg_catalog.pg_snapshot_xmin(%8$s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                            and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                            and not pg_catalog.pg_visible_in_snapshot(t._stamp, %8$s)
+                        order by t._stamp, %9$s
+                        limit p_limit + 1
+                    ) r;
+                v_total := v_total + v_fetched;
+                if not v_same_key or v_total > p_limit then
+                    return null;
+                end if;
+                if v_fetched > 0 then
+                    v_changes := v_changes || pg_catalog.jsonb_build_object(%1$L, pg_catalog.jsonb_build_object(
+                        'upserts', coalesce(v_upserts, '[]'), 'deletes', coalesce(v_deletes, '[]')));
+                end if;
+            end if;$read$,
+            b.relname, k.ordered, b.table_name::text, k.attnums, k.aliased, ferry.pull_row_json(b.table_name), k.object,
+            case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end, k.columns), '' order by b.position)
+        into v_branches, v_probes, v_readable, v_steady_reads
         from (
             select c.relname, s.table_name, s.strategy, s.pull_reader,
                 pg_catalog.row_number() over (order by c.relname) as position
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
-        ) b;
+        ) b
+        cross join lateral (
+            select pg_catalog.string_agg(p.attnum::text, ' ' order by p.ordinal) as attnums, -- as int2vector prints indkey
+                pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', p.name, p.ordinal), ', ' order by p.ordinal) as aliased,
+                pg_catalog.string_agg(pg_catalog.format('r.k%s', p.ordinal), ', ' order by p.ordinal) as ordered,
+                pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object,
+                pg_catalog.string_agg(pg_catalog.format('t.%I', p.name), ', ' order by p.ordinal) as columns
+            from ferry.primary_key(b.table_name) p
+        ) k;
     execute pg_catalog.format(
         $function$
         create or replace function ferry.pull_rows(
@@ -1087,6 +1091,58 @@ begin
             coalesce(v_readable, 'true'), coalesce(v_probes, 'select null::name where false')));
     revoke all on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) from public;
     grant execute on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) to ferry_client;
+
+    execute pg_catalog.format(
+        $function$
+        create or replace function ferry.pull_steady(
+            p_made jsonb, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_limit integer)
+        returns jsonb
+        language plpgsql stable
+        as %L
+        $function$,
+        pg_catalog.format(
+            $body$
+        -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_here jsonb := ferry.history_here();
+            v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
+            v_last bigint;
+            v_expired boolean;
+            v_tables name[];
+            v_fetched integer;
+            v_upserts jsonb;
+            v_deletes jsonb;
+            v_same_key boolean;
+            v_total integer := 0;
+            v_changes jsonb := '{}'::jsonb;
+        begin
+            if not coalesce(%s, false) or ferry.history_left(p_made, v_here) then
+                return null;
+            end if;
+            select (select d.last_mutation_id from ferry.devices d
+                        where d.user_id = ferry.uid() and d.device_id = ferry.device_id()),
+                    exists (select from ferry.purge_horizon h, (values (p_since), (p_shared_since)) c (since)
+                        where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
+                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)),
+                    array(%s)
+                into v_last, v_expired, v_tables;
+            if v_expired then
+                return null;
+            end if;%s
+            v_last := coalesce(v_last, 0);
+            return pg_catalog.jsonb_build_object(
+                'changes', v_changes,
+                'cursor', (pg_catalog.jsonb_build_object('since', p_until::text, 'last_mutation_id', v_last) || v_here)::text,
+                'has_more', false,
+                'last_mutation_id', v_last);
+        end
+        $body$,
+            case when v_every_table_read then coalesce(v_readable, 'true') else 'false' end, coalesce(v_probes, 'select null::name where false'),
+            coalesce(v_steady_reads, '')));
+    revoke all on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) from public;
+    grant execute on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) to ferry_client;
 end
 $_$;
 
@@ -1095,7 +1151,7 @@ $_$;
 -- Name: FUNCTION install_pull_rows(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the dispatcher ferry.pull calls (one branch per synced table calling its pull reader with static SQL), and ferry.pull_candidates, the probe of every synced table for something new since the cursor in one statement. Called by ferry.register_table.';
+COMMENT ON FUNCTION ferry.install_pull_rows() IS 'Builds ferry.pull_rows, the dispatcher ferry.pull calls (one branch per synced table calling its pull reader with static SQL), ferry.pull_candidates, the probe of every synced table for something new since the cursor in one statement, and ferry.pull_steady, a steady-state pull in a few statements. Called by ferry.register_table.';
 
 
 --
@@ -1891,7 +1947,8 @@ declare
     v_upserts jsonb;
     v_deletes jsonb;
     v_reached jsonb;
-    v_here jsonb := ferry.history_here();
+    v_here jsonb;
+    v_steady jsonb;
 begin
     if p_limit is null or p_limit < 1 then
         raise exception 'pull: limit must be a positive integer' using errcode = '22023';
@@ -1920,7 +1977,15 @@ begin
             end if;
         elsif v_since is null then
             raise exception 'pull: invalid cursor' using errcode = '22023';
+        else
+            -- A done cursor: the steady state, answered by ferry.pull_steady (registry.sql)
+            -- when it can be, else from here, the same way as any other pull.
+            v_steady := ferry.pull_steady(v_cursor, pg_catalog.pg_current_snapshot(), v_since, v_shared_since, p_limit);
+            if v_steady is not null then
+                return v_steady;
+            end if;
         end if;
+        v_here := ferry.history_here();
         if ferry.history_left(v_cursor, v_here) then
             raise exception 'pull: the cursor was made in another history of the database (a restore, a point-in-time recovery or a failover that lost commits)'
                 using errcode = 'FR409', hint = 'pull without a cursor';
@@ -1936,6 +2001,7 @@ begin
                 using errcode = 'FR409', hint = 'pull without a cursor';
         end if;
     end if;
+    v_here := coalesce(v_here, ferry.history_here());
     if v_until is null then
         v_until := pg_catalog.pg_current_snapshot();
         select d.last_mutation_id into v_last from ferry.devices d
@@ -2025,6 +2091,27 @@ CREATE FUNCTION ferry.pull_candidates(p_until pg_snapshot, p_since pg_snapshot, 
 
 
 --
+-- Name: pull_row_json(regclass); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.pull_row_json(p_table regclass) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    select 'pg_catalog.to_jsonb(t) - ' || pg_catalog.quote_literal(ferry.internal_columns()::text) || '::text[]'
+        || case when exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock')
+            then ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)' else '' end;
+$$;
+
+
+--
+-- Name: FUNCTION pull_row_json(p_table regclass); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.pull_row_json(p_table regclass) IS 'The JSON pull sends for a row of the table, as SQL over the alias t (the pull readers and ferry.pull_steady use it)';
+
+
+--
 -- Name: pull_rows(name, integer, pg_snapshot, pg_snapshot, pg_snapshot, jsonb, xid8); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -2037,6 +2124,52 @@ CREATE FUNCTION ferry.pull_rows(p_name name, p_limit integer, p_until pg_snapsho
         begin
             raise exception 'pull: synced table % has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';
+        end
+        $$;
+
+
+--
+-- Name: pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.pull_steady(p_made jsonb, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_limit integer) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+        -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_here jsonb := ferry.history_here();
+            v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
+            v_last bigint;
+            v_expired boolean;
+            v_tables name[];
+            v_fetched integer;
+            v_upserts jsonb;
+            v_deletes jsonb;
+            v_same_key boolean;
+            v_total integer := 0;
+            v_changes jsonb := '{}'::jsonb;
+        begin
+            if not coalesce(true, false) or ferry.history_left(p_made, v_here) then
+                return null;
+            end if;
+            select (select d.last_mutation_id from ferry.devices d
+                        where d.user_id = ferry.uid() and d.device_id = ferry.device_id()),
+                    exists (select from ferry.purge_horizon h, (values (p_since), (p_shared_since)) c (since)
+                        where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
+                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)),
+                    array(select null::name where false)
+                into v_last, v_expired, v_tables;
+            if v_expired then
+                return null;
+            end if;
+            v_last := coalesce(v_last, 0);
+            return pg_catalog.jsonb_build_object(
+                'changes', v_changes,
+                'cursor', (pg_catalog.jsonb_build_object('since', p_until::text, 'last_mutation_id', v_last) || v_here)::text,
+                'has_more', false,
+                'last_mutation_id', v_last);
         end
         $$;
 
@@ -6267,6 +6400,14 @@ GRANT ALL ON FUNCTION ferry.pull_candidates(p_until pg_snapshot, p_since pg_snap
 
 REVOKE ALL ON FUNCTION ferry.pull_rows(p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.pull_rows(p_name name, p_limit integer, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_after_key jsonb, p_after_stamp xid8, OUT fetched integer, OUT upserts jsonb, OUT deletes jsonb, OUT reached jsonb) TO ferry_client;
+
+
+--
+-- Name: FUNCTION pull_steady(p_made jsonb, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_limit integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.pull_steady(p_made jsonb, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.pull_steady(p_made jsonb, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_limit integer) TO ferry_client;
 
 
 --

@@ -27,7 +27,7 @@ import Testing
             select coalesce(s.table_name::text, p.proname::text), p.prosrc
             from pg_proc p left join ferry.synced_tables s on s.pull_reader = 'ferry.' || p.proname
             where p.pronamespace = 'ferry'::regnamespace
-                and (p.proname like 'pull\\_rows\\_%' or p.proname in ('pull_rows', 'pull_candidates', 'upsert_row', 'upsert_rows'))
+                and (p.proname like 'pull\\_rows\\_%' or p.proname in ('pull_rows', 'pull_candidates', 'pull_steady', 'upsert_row', 'upsert_rows'))
             order by 1
             """)
     }
@@ -51,7 +51,8 @@ import Testing
     @Test func theRegistryFileAppliedAgainUnchangedLeavesEveryRegisteredTableAsItWas() async throws {
         try await AccountsDatabase.with(examples: ["puzzle"]) { database in
             let before = try await generatedCode(database)
-            #expect(before.count == 11, "7 readers, dispatcher, candidates, upserts: \(before.map { $0[0] })")
+            #expect(
+                before.count == 12, "7 readers, dispatcher, candidates, steady pull, upserts: \(before.map { $0[0] })")
             let triggers = "select count(*) from pg_trigger where tgname like 'ferry\\_%' and not tgisinternal"
             let triggerCount = try await database.value(triggers)
             #expect(triggerCount == "42", "6 per registered table")
@@ -135,7 +136,7 @@ import Testing
 
             #expect(try await migrator.migrate(database.admin) == [Self.registry])
             let code = try await generatedCode(database)
-            #expect(code.count == 11)
+            #expect(code.count == 12)
             for row in code { #expect(row[1]?.contains("(template 2)") == true, "\(row[0] ?? "")") }
             #expect(try await pushAndPullAGame(database) == "[60, 60]")
         }

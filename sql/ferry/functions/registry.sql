@@ -386,15 +386,27 @@ comment on function ferry.install_triggers(regclass) is
 
 -- MARK: - Pull readers
 
+-- The JSON pull sends for a row of p_table, as an SQL expression over the alias t: the
+-- row less Ferry's columns. A device_lock row also carries its holder (_lock_holder, null
+-- when nobody holds it), so a device learns of a takeover from the pull its cue starts,
+-- with no heartbeat of its own.
+create or replace function ferry.pull_row_json(p_table regclass) returns text
+language sql stable set search_path = ''
+as $$
+    select 'pg_catalog.to_jsonb(t) - ' || pg_catalog.quote_literal(ferry.internal_columns()::text) || '::text[]'
+        || case when exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock')
+            then ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)' else '' end;
+$$;
+
+comment on function ferry.pull_row_json(regclass) is
+    'The JSON pull sends for a row of the table, as SQL over the alias t (the pull readers and ferry.pull_steady use it)';
+
 -- A synced table's pull reader, ferry.pull_rows_<table oid>, recorded in
 -- ferry.synced_tables.pull_reader: the table's pull query written out as static SQL, so
 -- PostgreSQL keeps its plans for the session (the same query built as text and run with
 -- EXECUTE is parsed and planned on every pull). Its four queries are one query in four
--- forms: first load or not, resuming inside this table or not. A fifth, for the steady
--- state (after a cursor, not resuming), reads the same rows without row numbers, keys
--- or positions, and is the answer when they are fewer than the limit: the page then
--- cannot end inside this table, and pull takes a position only from the table where
--- its page ends; otherwise the rows are read again in the full form. STABLE and SECURITY
+-- forms: first load or not, resuming inside this table or not. (A steady-state pull, after
+-- a cursor and within one page, is read by ferry.pull_steady, below.) STABLE and SECURITY
 -- INVOKER like ferry.pull, so it reads in pull's snapshot under Row Level Security; it
 -- sets no search_path and names everything qualified. Its SQL names the table and
 -- primary key as they were when it was built, so it first checks, by index lookups,
@@ -410,18 +422,11 @@ declare
     v_object text;
     v_after text;
     v_query text;
-    v_changes text;
     v_resume_from text;
     v_resume_where text;
-    -- A device_lock row carries its holder (null: nobody holds it), so a device learns of
-    -- a takeover from the pull its cue starts, with no heartbeat of its own.
-    v_lock_holder text := '';
 begin
     if not exists (select from ferry.synced_tables s where s.table_name = p_table) then
         raise exception 'ferry.install_pull_reader(%): not a synced table', p_table using errcode = '42P01';
-    end if;
-    if exists (select from ferry.synced_tables s where s.table_name = p_table and s.strategy = 'device_lock') then
-        v_lock_holder := ' || pg_catalog.jsonb_build_object(''_lock_holder'', t._lock_device)';
     end if;
     select pg_catalog.string_agg(k.attnum::text, ' ' order by k.ordinal), -- as int2vector prints indkey
         pg_catalog.string_agg(pg_catalog.format('t.%I', k.name), ', ' order by k.ordinal),
@@ -441,8 +446,7 @@ begin
             from (
                 select pg_catalog.row_number() over (order by t._stamp, %1$s) as n,
                     t._stamp as stamp, t._deleted as deleted,
-                    pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
+                    $query$ || ferry.pull_row_json(p_table) || $query$ as body,
                     pg_catalog.jsonb_build_object(%2$s) as key
                 from %3$s t%4$s
                 where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
@@ -451,31 +455,6 @@ begin
                 order by t._stamp, %1$s
                 limit p_limit + 1
             ) r;$query$;
-    -- The steady state, a pull after a cursor that fits in its page: the same rows without
-    -- their positions (row numbers, each row's key, the last one reached), which only a
-    -- page that ends inside this table needs. %1$s is the primary key as the subquery's
-    -- k1, k2, …; %2$s orders by it.
-    v_changes := pg_catalog.format($query$select pg_catalog.count(*)::integer,
-                pg_catalog.jsonb_agg(r.body order by r.stamp, %2$s) filter (where not r.deleted),
-                pg_catalog.jsonb_agg(r.key order by r.stamp, %2$s) filter (where r.deleted)
-            into fetched, upserts, deletes
-            from (
-                select t._stamp as stamp, t._deleted as deleted, %1$s,
-                    pg_catalog.to_jsonb(t) - $query$ || pg_catalog.quote_literal(ferry.internal_columns()::text)
-                        || $query$::text[]$query$ || v_lock_holder || $query$ as body,
-                    case when t._deleted then pg_catalog.jsonb_build_object(%3$s) end as key
-                from %4$s t
-                where t._stamp >= p_from and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                    and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                    and not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)
-                order by t._stamp, %5$s
-                limit p_limit + 1
-            ) r;$query$,
-        (select pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', k.name, k.ordinal), ', ' order by k.ordinal)
-            from ferry.primary_key(p_table) k),
-        (select pg_catalog.string_agg(pg_catalog.format('r.k%s', k.ordinal), ', ' order by k.ordinal)
-            from ferry.primary_key(p_table) k),
-        v_object, p_table, v_order);
     v_resume_from := pg_catalog.format(', pg_catalog.jsonb_populate_record(null::%s, p_after_key) p', p_table);
     v_resume_where := pg_catalog.format(' and (t._stamp, %s) > (p_after_stamp, %s)', v_order, v_after);
 
@@ -504,13 +483,6 @@ begin
                     p_table
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';
             end if;
-            if p_since is not null and p_after_key is null then -- changes since the cursor: the steady state
-            %8$s
-                if fetched < p_limit then
-                    return;
-                end if;
-                -- A full page: read again with the positions the next page starts from.
-            end if;
             if p_since is null and p_after_key is null then -- first load
             %4$s
             elsif p_since is null then -- first load, resuming inside this table
@@ -528,8 +500,7 @@ begin
             pg_catalog.format(v_query, v_order, v_object, p_table, '',
                 'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', ''),
             pg_catalog.format(v_query, v_order, v_object, p_table, v_resume_from,
-                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where),
-            v_changes));
+                'not pg_catalog.pg_visible_in_snapshot(t._stamp, p_since)', v_resume_where)));
     execute pg_catalog.format(
         'comment on function ferry.%I is %L', v_reader,
         pg_catalog.format('ferry.pull''s reader of %s, built by ferry.install_pull_reader: not to be edited', p_table));
@@ -564,6 +535,18 @@ comment on function ferry.install_pull_reader(regclass) is
 -- calls the dispatcher for every table it may read, as on a first load. Both name each
 -- table by its name, never its oid, which a dump and restore changes: a table renamed
 -- since makes them answer null and its reader refuse to read (55000).
+--
+-- ferry.pull_steady(made, until, since, shared_since, limit), built beside them, is the
+-- steady state: a pull after a done cursor whose rows fit in one page, the pull a device
+-- makes on every cue. It answers exactly what ferry.pull would, in few statements: one
+-- reads the device's last mutation id, the purge horizon and the probes above together,
+-- then one static read per table with something new, written into it (no dispatcher or
+-- reader call). A pull's cost was mostly fixed costs per statement and per call, not its
+-- reads (bench/RESULTS.md). It answers null, and ferry.pull takes the pull over from the
+-- start, whenever the answer is not that simple: rows past the limit (a page that ends
+-- inside a table needs positions), a cursor of another history or past the purge horizon
+-- (ferry.pull raises), a table the caller may not read or a table without a reader, a
+-- table whose primary key changed since it was built (the reader raises 55000).
 -- Their earlier forms (taking the table and the xmin; the dispatcher probed too).
 drop function if exists ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8);
 drop function if exists ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot);
@@ -575,6 +558,8 @@ declare
     v_branches text;
     v_probes text;
     v_readable text;
+    v_steady_reads text;
+    v_every_table_read boolean := not exists (select from ferry.synced_tables s where s.pull_reader is null);
     v_refusal text := $refusal$raise exception 'pull: synced table %% has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';$refusal$;
 begin
@@ -597,14 +582,57 @@ begin
                 b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
             E'\n                union all ' order by b.position),
         pg_catalog.string_agg(pg_catalog.format('pg_catalog.has_table_privilege(pg_catalog.to_regclass(%L), ''select'')',
-            b.table_name::text), E'\n                and ' order by b.position)
-        into v_branches, v_probes, v_readable
+            b.table_name::text), E'\n                and ' order by b.position),
+        -- ferry.pull_steady's read of each table: its rows new since the cursor, as the
+        -- reader's "changes since the cursor" reads them, without positions (a page that
+        -- ends inside a table is left to ferry.pull), and whether the table still has the
+        -- primary key it was built for (else ferry.pull, whose reader raises 55000).
+        pg_catalog.string_agg(pg_catalog.format(
+            $read$
+            if %1$L = any (v_tables) then
+                select pg_catalog.count(*)::integer,
+                        pg_catalog.jsonb_agg(r.body order by r.stamp, %2$s) filter (where not r.deleted),
+                        pg_catalog.jsonb_agg(r.key order by r.stamp, %2$s) filter (where r.deleted),
+                        (select exists (select from pg_catalog.pg_index i
+                            where i.indrelid = pg_catalog.to_regclass(%3$L) and i.indisprimary and i.indkey::text = %4$L))
+                    into v_fetched, v_upserts, v_deletes, v_same_key
+                    from (
+                        select t._stamp as stamp, t._deleted as deleted, %5$s,
+                            %6$s as body,
+                            case when t._deleted then pg_catalog.jsonb_build_object(%7$s) end as key
+                        from %3$s t
+                        where t._stamp >= pg_catalog.pg_snapshot_xmin(%8$s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                            and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                            and not pg_catalog.pg_visible_in_snapshot(t._stamp, %8$s)
+                        order by t._stamp, %9$s
+                        limit p_limit + 1
+                    ) r;
+                v_total := v_total + v_fetched;
+                if not v_same_key or v_total > p_limit then
+                    return null;
+                end if;
+                if v_fetched > 0 then
+                    v_changes := v_changes || pg_catalog.jsonb_build_object(%1$L, pg_catalog.jsonb_build_object(
+                        'upserts', coalesce(v_upserts, '[]'), 'deletes', coalesce(v_deletes, '[]')));
+                end if;
+            end if;$read$,
+            b.relname, k.ordered, b.table_name::text, k.attnums, k.aliased, ferry.pull_row_json(b.table_name), k.object,
+            case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end, k.columns), '' order by b.position)
+        into v_branches, v_probes, v_readable, v_steady_reads
         from (
             select c.relname, s.table_name, s.strategy, s.pull_reader,
                 pg_catalog.row_number() over (order by c.relname) as position
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
-        ) b;
+        ) b
+        cross join lateral (
+            select pg_catalog.string_agg(p.attnum::text, ' ' order by p.ordinal) as attnums, -- as int2vector prints indkey
+                pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', p.name, p.ordinal), ', ' order by p.ordinal) as aliased,
+                pg_catalog.string_agg(pg_catalog.format('r.k%s', p.ordinal), ', ' order by p.ordinal) as ordered,
+                pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object,
+                pg_catalog.string_agg(pg_catalog.format('t.%I', p.name), ', ' order by p.ordinal) as columns
+            from ferry.primary_key(b.table_name) p
+        ) k;
     execute pg_catalog.format(
         $function$
         create or replace function ferry.pull_rows(
@@ -654,11 +682,63 @@ begin
             coalesce(v_readable, 'true'), coalesce(v_probes, 'select null::name where false')));
     revoke all on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) from public;
     grant execute on function ferry.pull_candidates(pg_snapshot, pg_snapshot, pg_snapshot) to ferry_client;
+
+    execute pg_catalog.format(
+        $function$
+        create or replace function ferry.pull_steady(
+            p_made jsonb, p_until pg_snapshot, p_since pg_snapshot, p_shared_since pg_snapshot, p_limit integer)
+        returns jsonb
+        language plpgsql stable
+        as %L
+        $function$,
+        pg_catalog.format(
+            $body$
+        -- Built by ferry.install_pull_rows from ferry.synced_tables; ferry.register_table
+        -- rebuilds it. Columns are always named through an alias.
+        #variable_conflict use_variable
+        declare
+            v_here jsonb := ferry.history_here();
+            v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
+            v_last bigint;
+            v_expired boolean;
+            v_tables name[];
+            v_fetched integer;
+            v_upserts jsonb;
+            v_deletes jsonb;
+            v_same_key boolean;
+            v_total integer := 0;
+            v_changes jsonb := '{}'::jsonb;
+        begin
+            if not coalesce(%s, false) or ferry.history_left(p_made, v_here) then
+                return null;
+            end if;
+            select (select d.last_mutation_id from ferry.devices d
+                        where d.user_id = ferry.uid() and d.device_id = ferry.device_id()),
+                    exists (select from ferry.purge_horizon h, (values (p_since), (p_shared_since)) c (since)
+                        where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
+                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)),
+                    array(%s)
+                into v_last, v_expired, v_tables;
+            if v_expired then
+                return null;
+            end if;%s
+            v_last := coalesce(v_last, 0);
+            return pg_catalog.jsonb_build_object(
+                'changes', v_changes,
+                'cursor', (pg_catalog.jsonb_build_object('since', p_until::text, 'last_mutation_id', v_last) || v_here)::text,
+                'has_more', false,
+                'last_mutation_id', v_last);
+        end
+        $body$,
+            case when v_every_table_read then coalesce(v_readable, 'true') else 'false' end, coalesce(v_probes, 'select null::name where false'),
+            coalesce(v_steady_reads, '')));
+    revoke all on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) from public;
+    grant execute on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) to ferry_client;
 end
 $install$;
 
 comment on function ferry.install_pull_rows() is
-    'Builds ferry.pull_rows, the dispatcher ferry.pull calls (one branch per synced table calling its pull reader with static SQL), and ferry.pull_candidates, the probe of every synced table for something new since the cursor in one statement. Called by ferry.register_table.';
+    'Builds ferry.pull_rows, the dispatcher ferry.pull calls (one branch per synced table calling its pull reader with static SQL), ferry.pull_candidates, the probe of every synced table for something new since the cursor in one statement, and ferry.pull_steady, a steady-state pull in a few statements. Called by ferry.register_table.';
 
 -- MARK: - Static upserts
 
