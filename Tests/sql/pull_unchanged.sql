@@ -114,7 +114,7 @@ begin
 end
 $$;
 
-select plan(26);
+select plan(29);
 
 -- What each reader answers, called directly (each call counted).
 create temp table expected as
@@ -212,6 +212,12 @@ select ok((select ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 100
             and pg_catalog.set_config('ferry.device_id', 'd1', true) is not null),
     'pull as a caller that may not read every synced table: the tables it may read');
 reset role;
+
+-- The limit, bounded so that no page's limit + 1 overflows.
+select throws_ok($$select ferry.pull(null, 0)$$, '22023', null, 'pull: a limit below 1 is refused');
+select throws_ok($$select ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 2147483647)$$, '22023', null,
+    'pull: a limit past a million is refused, not overflowed');
+select lives_ok($$select ferry.pull('{"since": "150:150:", "last_mutation_id": 0}', 1000000)$$, 'pull: a limit of a million');
 
 select * from finish();
 rollback;

@@ -68,8 +68,9 @@ declare
     v_here jsonb;
     v_steady jsonb;
 begin
-    if p_limit is null or p_limit < 1 then
-        raise exception 'pull: limit must be a positive integer' using errcode = '22023';
+    -- Bounded, so that no limit + 1 overflows (the gateway asks for at most 5,000).
+    if p_limit is null or p_limit < 1 or p_limit > 1000000 then
+        raise exception 'pull: limit must be an integer from 1 to 1000000' using errcode = '22023';
     end if;
     -- A malformed cursor raises 22P02 (bad JSON or snapshot text) or 22023 (bad shape).
     if p_cursor is not null then
