@@ -6,7 +6,7 @@ struct APIError: Error {
     let code: String
     let message: String
     var details: [(name: String, value: HTTPResponse.ErrorDetail)] = []
-    /// Seconds for `Retry-After` (429).
+    /// Seconds for `Retry-After` (429, and a 503 a retry can fix).
     var retryAfterSeconds: Int?
 
     /// The response to send.

@@ -3,7 +3,8 @@ import FerryPostgres
 extension APIError {
     /// A database failure as the client sees it, for every route (PROTOCOL.md's notes,
     /// "Database errors", have the table): ``PostgresError/cause`` decides.
-    /// - transient: `503 unavailable` (retryable), nothing was applied; retrying can help.
+    /// - transient: `503 unavailable` (retryable) with `Retry-After: 1`, nothing was
+    ///   applied; retrying can help.
     /// - the request's data: final, so a client never retries it forever: `400
     ///   invalid_request` for a value the database cannot take (SQLSTATE classes 22,
     ///   54), `409 conflict` for one that conflicts with stored data (class 23, and
@@ -12,7 +13,8 @@ extension APIError {
     static func database(_ error: PostgresError) -> APIError {
         switch error.cause {
         case .transient:
-            APIError(status: 503, code: "unavailable", message: "the database is unavailable; retry")
+            APIError(
+                status: 503, code: "unavailable", message: "the database is unavailable; retry", retryAfterSeconds: 1)
         case .invalidData:
             invalidRequest("the database cannot take this request's data: \(error.message)")
         case .conflict:

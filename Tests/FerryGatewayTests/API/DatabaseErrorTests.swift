@@ -385,6 +385,12 @@ import Testing
             #expect(answer(state) == expected, "\(state)")
         }
         #expect(APIError.database(PostgresError(.connectionLost, "")).status.code == 503)
+        #expect(
+            APIError.database(PostgresError(.connectionLost, "")).response.headers["Retry-After"] == "1",
+            "a retry can fix it: when")
+        #expect(
+            APIError.database(PostgresError(.server, "", sqlState: "23505")).response.headers["Retry-After"]
+                == nil)
         #expect(APIError.database(PostgresError(.timeout, "")).status.code == 503)
         #expect(APIError.database(PostgresError(.server, "", sqlState: nil)).status.code == 500)
         let nul = APIError.database(PostgresError(.unsendableText, "a NUL"))

@@ -37,6 +37,7 @@ import Testing
             #expect(killed.response.status == 503, "\(killed.response)")
             #expect(killed.response.code == "unavailable")
             #expect(killed.response.retryable == true)
+            #expect(killed.response.header("Retry-After") == "1")
             #expect(try await Self.state(database) == before, "nothing of the killed batch was applied")
 
             let retried = try await server.pushBatch(device, batch)
