@@ -180,6 +180,13 @@ export class FerryClient {
   private rowsByTable = new Map<string, Map<string, Row>>()
   private serverByTable = new Map<string, Map<string, Row>>()
   private outbox: Mutation[] = []
+  /**
+   * Outbox mutations whose storage commit has not finished, never pushed: were one pushed
+   * and the process killed before its commit, the server would keep its id while the
+   * device forgot it, and the device's next mutation would reuse the id and be answered
+   * `duplicate`, lost.
+   */
+  private readonly unsaved = new Set<number>()
   private schema = new Map<string, TableSchema>()
   private session: Session | null = null
   private deviceId = ''
@@ -282,7 +289,12 @@ export class FerryClient {
       change.set(OUTBOX + String(mutation.id).padStart(16, '0'), mutation)
       this.outbox.push(mutation)
       this.rebuild(table, key, change)
-      await this.commit(change)
+      this.unsaved.add(mutation.id)
+      try {
+        await this.commit(change)
+      } finally {
+        this.unsaved.delete(mutation.id)
+      }
       return mutation
     })
     this.notifyTables([table])
@@ -382,11 +394,13 @@ export class FerryClient {
       const batch: Mutation[] = []
       let bytes = 0
       for (const mutation of this.outbox) {
+        if (this.unsaved.has(mutation.id)) break
         const size = JSON.stringify(mutation).length + 1
         if (batch.length > 0 && (batch.length >= limit || bytes + size > maxBytes)) break
         batch.push(mutation)
         bytes += size
       }
+      if (batch.length === 0) return // what is left is being saved; enqueue kicks again after
       if (oneAtATime > 0) batch.splice(1)
       let answer: { results: { id: number; status: string; original?: string; code?: string; message?: string }[] }
       try {

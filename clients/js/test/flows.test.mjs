@@ -274,3 +274,43 @@ test('status: pending, connected and last synced', async () => {
   assert.ok(statuses.some((s) => s.pending === 1))
   client.close()
 })
+
+test('a mutation is never pushed before its storage commit has finished', async () => {
+  // A kill between the push and the commit would leave the server with an id the device
+  // forgot, and the device's next mutation reusing it, answered duplicate: lost.
+  class HeldStorage extends MemoryStorage {
+    held = null
+    async commit(change) {
+      if (this.held) await this.held
+      return super.commit(change)
+    }
+  }
+  const storage = new HeldStorage()
+  const pushes = []
+  const client = await device({
+    storage,
+    autoStart: false,
+    fetch: (url, init) => {
+      if (String(url).endsWith('/v1/push')) pushes.push({ saved: storage.held === null, body: JSON.parse(init.body) })
+      return fetch(url, init)
+    },
+  })
+  let release
+  storage.held = new Promise((resolve) => (release = resolve))
+  const enqueued = client.enqueue('tasks', 'upsert', { id: 'held', title: 'saved first' })
+  await new Promise((resolve) => setTimeout(resolve, 20))
+  // A sync while the commit is held: its push finds nothing it may send (its pull then
+  // waits for the held commit, since commits go one at a time).
+  const syncing = client.sync()
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  assert.equal(pushes.length, 0, 'nothing pushed while the commit is in flight')
+  storage.held = null
+  release()
+  await enqueued
+  await syncing
+  await client.flush()
+  assert.ok(pushes.length > 0 && pushes.every((p) => p.saved), 'pushed only once saved')
+  assert.ok(pushes.every((p) => p.body.mutations.map((m) => m.row.id).join() === 'held'))
+  assert.equal((await serverRows(client, 'tasks')).map((row) => row.id).join(), 'held')
+  client.close()
+})
