@@ -56,6 +56,15 @@ alter table public.probe_c enable trigger ferry_stamp;
 create schema probe_test;
 grant usage on schema probe_test to ferry_client;
 
+-- Makes this transaction A's device d1 as the gateway would (ferry_client), until the
+-- caller sets role back to none.
+create function probe_test.as_a() returns void language sql
+as $$
+    select pg_catalog.set_config('role', 'ferry_client', true),
+        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
+        pg_catalog.set_config('ferry.device_id', 'd1', true);
+$$;
+
 -- The dispatcher's answer for table p_name, as A, after the cursor "150:150:" (null: a
 -- first load), read in this statement's snapshot: {fetched, upserts, deletes, reached}.
 create function probe_test.pulled(p_name name, p_since pg_snapshot) returns jsonb language plpgsql
@@ -63,9 +72,7 @@ as $$
 declare
     v_answer jsonb;
 begin
-    perform pg_catalog.set_config('role', 'ferry_client', true),
-        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
-        pg_catalog.set_config('ferry.device_id', 'd1', true);
+    perform probe_test.as_a();
     select pg_catalog.to_jsonb(r) into v_answer
         from ferry.pull_rows(p_name, 100, pg_catalog.pg_current_snapshot(), p_since, null, null, null) r;
     perform pg_catalog.set_config('role', 'none', true);
@@ -79,9 +86,7 @@ as $$
 declare
     v_answer jsonb;
 begin
-    perform pg_catalog.set_config('role', 'ferry_client', true),
-        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
-        pg_catalog.set_config('ferry.device_id', 'd1', true);
+    perform probe_test.as_a();
     execute pg_catalog.format('select pg_catalog.to_jsonb(r) from %s($1, $4, $2, pg_catalog.pg_current_snapshot(), $3, null, null) r',
             (select s.pull_reader from ferry.synced_tables s where s.table_name = p_name::regclass))
         into v_answer using p_name::regclass, coalesce(pg_catalog.pg_snapshot_xmin(p_since), '0'), p_since, p_limit;
@@ -105,9 +110,7 @@ as $$
 declare
     v_answer name[];
 begin
-    perform pg_catalog.set_config('role', 'ferry_client', true),
-        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
-        pg_catalog.set_config('ferry.device_id', 'd1', true);
+    perform probe_test.as_a();
     v_answer := ferry.pull_candidates(pg_catalog.pg_current_snapshot(), '150:150:', p_shared_since);
     perform pg_catalog.set_config('role', 'none', true);
     return v_answer;
@@ -143,9 +146,7 @@ as $$
 declare
     v_answer jsonb;
 begin
-    perform pg_catalog.set_config('role', 'ferry_client', true),
-        pg_catalog.set_config('ferry.user_id', '00000000-0000-4000-8000-0000000000d1', true),
-        pg_catalog.set_config('ferry.device_id', 'd1', true);
+    perform probe_test.as_a();
     v_answer := ferry.pull_steady('{}', pg_catalog.pg_current_snapshot(), '150:150:', null, p_limit);
     perform pg_catalog.set_config('role', 'none', true);
     return v_answer;

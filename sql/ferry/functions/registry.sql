@@ -546,7 +546,9 @@ comment on function ferry.install_pull_reader(regclass) is
 -- start, whenever the answer is not that simple: rows past the limit (a page that ends
 -- inside a table needs positions), a cursor of another history or past the purge horizon
 -- (ferry.pull raises), a table the caller may not read or a table without a reader, a
--- table whose primary key changed since it was built (the reader raises 55000).
+-- table whose primary key changed since it was built (the reader raises 55000). Its
+-- purge-horizon check and last-mutation-id read are ferry.pull's (pull.sql), repeated
+-- inside its one statement rather than called: change them in both.
 -- Their earlier forms (taking the table and the xmin; the dispatcher probed too).
 drop function if exists ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8);
 drop function if exists ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot);
