@@ -321,6 +321,46 @@ $_$;
 
 
 --
+-- Name: compact_changes(integer); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.compact_changes(p_batch integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+declare
+    v_before xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+    v_removed bigint;
+begin
+    with crowded as (
+        select c.owner, c.table_name from ferry.changes c
+        where c.changed_by < v_before
+        group by c.owner, c.table_name
+        having pg_catalog.count(*) > 1
+        limit p_batch
+    ), gone as (
+        delete from ferry.changes c using crowded w
+        where c.owner = w.owner and c.table_name = w.table_name and c.changed_by < v_before
+        returning c.owner, c.table_name
+    ), kept as (
+        insert into ferry.changes (owner, changed_by, table_name)
+        select distinct g.owner, pg_catalog.pg_current_xact_id(), g.table_name from gone g
+        on conflict do nothing
+    )
+    select pg_catalog.count(*) into v_removed from gone;
+    return v_removed;
+end
+$$;
+
+
+--
+-- Name: FUNCTION compact_changes(p_batch integer); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.compact_changes(p_batch integer) IS 'Replaces the ferry.changes rows of at most batch (owner, table) groups that have several by one row of this transaction; returns how many rows went (called by ferry.purge_tombstones).';
+
+
+--
 -- Name: confirm_email(text); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -657,6 +697,11 @@ begin
         execute pg_catalog.format('alter table %s enable trigger ferry_stamp, enable trigger ferry_cue_update', v_table);
     end loop;
     delete from ferry.watermelon_cursors;
+    -- ferry.changes names the old history's transactions; the restamped rows are in none
+    -- of its rows. It is complete again from here (0016_changes.sql), for the cursors of
+    -- the new epoch, which all see this transaction.
+    delete from ferry.changes;
+    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
     update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
     delete from ferry.timeline_ancestry;
     update ferry.history h set
@@ -968,6 +1013,16 @@ declare
     v_probes text;
     v_readable text;
     v_steady_reads text;
+    v_unnoted_probes text;
+    v_noted_users text;
+    v_noted_shared text;
+    v_noted_oids text;
+    -- The tables (%2$s) ferry.changes notes a change of for owner %1$s since snapshot %3$s.
+    v_noted_read text := $read$select c.table_name from ferry.changes c
+                        where c.owner = %1$s and c.table_name = any (%2$L::name[])
+                            and c.changed_by >= pg_catalog.pg_snapshot_xmin(%3$s) and c.changed_by < pg_catalog.pg_snapshot_xmax(p_until)
+                            and pg_catalog.pg_visible_in_snapshot(c.changed_by, p_until)
+                            and not pg_catalog.pg_visible_in_snapshot(c.changed_by, %3$s)$read$;
     v_every_table_read boolean := not exists (select from ferry.synced_tables s where s.pull_reader is null);
     v_refusal text := $refusal$raise exception 'pull: synced table %% has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';$refusal$;
@@ -995,7 +1050,8 @@ begin
         -- ferry.pull_steady's read of each table: its rows new since the cursor, as the
         -- reader's "changes since the cursor" reads them, without positions (a page that
         -- ends inside a table is left to ferry.pull), and whether the table still has the
-        -- primary key it was built for (else ferry.pull, whose reader raises 55000).
+        -- primary key it was built for (else ferry.pull, whose reader raises 55000). Any
+        -- limit + 1 rows, unsorted: all of them when they fit, else the answer is null.
         pg_catalog.string_agg(pg_catalog.format(
             $read$
             if %1$L = any (v_tables) then
@@ -1013,7 +1069,6 @@ begin
                         where t._stamp >= pg_catalog.pg_snapshot_xmin(%8$s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
                             and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
                             and not pg_catalog.pg_visible_in_snapshot(t._stamp, %8$s)
-                        order by t._stamp, %9$s
                         limit p_limit + 1
                     ) r;
                 v_total := v_total + v_fetched;
@@ -1026,11 +1081,33 @@ begin
                 end if;
             end if;$read$,
             b.relname, k.ordered, b.table_name::text, k.attnums, k.aliased, ferry.pull_row_json(b.table_name), k.object,
-            case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end, k.columns), '' order by b.position)
-        into v_branches, v_probes, v_readable, v_steady_reads
+            case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end), '' order by b.position),
+        -- With ferry.changes (0016_changes.sql): the probes of the tables it does not
+        -- answer for, and the names and oids of those it does.
+        pg_catalog.string_agg(pg_catalog.format(
+            $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
+                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
+            E'\n                union all ' order by b.position) filter (where not b.noted),
+        pg_catalog.array_agg(b.relname order by b.position) filter (where b.noted and b.strategy <> 'shared')::text,
+        pg_catalog.array_agg(b.relname order by b.position) filter (where b.noted and b.strategy = 'shared')::text,
+        pg_catalog.string_agg(pg_catalog.format('pg_catalog.to_regclass(%L)::oid', b.table_name::text),
+            E',\n                                    ' order by b.position) filter (where b.noted)
+        into v_branches, v_probes, v_readable, v_steady_reads, v_unnoted_probes, v_noted_users, v_noted_shared, v_noted_oids
         from (
             select c.relname, s.table_name, s.strategy, s.pull_reader,
-                pg_catalog.row_number() over (order by c.relname) as position
+                pg_catalog.row_number() over (order by c.relname) as position,
+                -- ferry.changes answers for a table whose every write fires its statement
+                -- triggers (not one logical replication applies) and whose rows a caller
+                -- reads only through ferry_read (its owner's, or a shared table's all):
+                -- an operator's permissive read policy would show rows of other owners.
+                not exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
+                    and not exists (select from pg_catalog.pg_policy p
+                        where p.polrelid = s.table_name and p.polpermissive and p.polcmd in ('r', '*')
+                            and p.polname <> 'ferry_read') as noted
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
         ) b
@@ -1038,8 +1115,7 @@ begin
             select pg_catalog.string_agg(p.attnum::text, ' ' order by p.ordinal) as attnums, -- as int2vector prints indkey
                 pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', p.name, p.ordinal), ', ' order by p.ordinal) as aliased,
                 pg_catalog.string_agg(pg_catalog.format('r.k%s', p.ordinal), ', ' order by p.ordinal) as ordered,
-                pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object,
-                pg_catalog.string_agg(pg_catalog.format('t.%I', p.name), ', ' order by p.ordinal) as columns
+                pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object
             from ferry.primary_key(b.table_name) p
         ) k;
     execute pg_catalog.format(
@@ -1108,6 +1184,8 @@ begin
         declare
             v_here jsonb := ferry.history_here();
             v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
+            v_may_read boolean;
+            v_noted boolean;
             v_last bigint;
             v_expired boolean;
             v_tables name[];
@@ -1118,16 +1196,35 @@ begin
             v_total integer := 0;
             v_changes jsonb := '{}'::jsonb;
         begin
-            if not coalesce(%s, false) or ferry.history_left(p_made, v_here) then
-                return null;
-            end if;
-            select (select d.last_mutation_id from ferry.devices d
+            -- Whether the caller may read every table; whether ferry.changes may name the
+            -- tables with something new (the cursor sees every change it misses noted
+            -- there, and no table it answers for has gained a read policy of its own
+            -- since this function was built), and which it names; the device's last
+            -- mutation id; whether the cursor is past the purge horizon.
+            select coalesce(%s, false),
+                    coalesce(pg_catalog.pg_visible_in_snapshot(h.changes_since, p_since)
+                        and pg_catalog.pg_visible_in_snapshot(h.changes_since, v_shared_since)
+                        and not exists (select from pg_catalog.pg_policy p
+                            -- (The array in a subquery, made once: inline, the planner
+                            -- evaluated it for every policy of the database.)
+                            where p.polrelid = any ((select array[%s])::oid[]) and p.polpermissive and p.polcmd in ('r', '*')
+                                and p.polname <> 'ferry_read'), false),
+                    array(%s),
+                    (select d.last_mutation_id from ferry.devices d
                         where d.user_id = ferry.uid() and d.device_id = ferry.device_id()),
                     exists (select from ferry.purge_horizon h, (values (p_since), (p_shared_since)) c (since)
                         where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
-                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)),
-                    array(%s)
-                into v_last, v_expired, v_tables;
+                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since))
+                into v_may_read, v_noted, v_tables, v_last, v_expired
+                from ferry.history h;
+            if not v_may_read or ferry.history_left(p_made, v_here) then
+                return null;
+            end if;
+            -- The probes, of every table for a cursor ferry.changes cannot answer, else of
+            -- the tables it does not answer for.
+            if not v_noted then
+                v_tables := array(%s);%s
+            end if;
             if v_expired then
                 return null;
             end if;%s
@@ -1139,7 +1236,16 @@ begin
                 'last_mutation_id', v_last);
         end
         $body$,
-            case when v_every_table_read then coalesce(v_readable, 'true') else 'false' end, coalesce(v_probes, 'select null::name where false'),
+            case when v_every_table_read then coalesce(v_readable, 'true') else 'false' end,
+            coalesce(v_noted_oids, 'null::oid'),
+            coalesce(nullif(pg_catalog.concat_ws(E'\n                        union all ',
+                case when v_noted_users is not null then pg_catalog.format(v_noted_read, 'ferry.uid()', v_noted_users, 'p_since') end,
+                case when v_noted_shared is not null then pg_catalog.format(v_noted_read,
+                    $nil$'00000000-0000-0000-0000-000000000000'::uuid$nil$, v_noted_shared, 'v_shared_since') end), ''),
+                'select null::name where false'),
+            coalesce(v_probes, 'select null::name where false'),
+            case when v_unnoted_probes is not null then pg_catalog.format(E'\n            else\n                v_tables := v_tables || array(%s);',
+                v_unnoted_probes) end,
             coalesce(v_steady_reads, '')));
     revoke all on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) from public;
     grant execute on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) to ferry_client;
@@ -1220,6 +1326,12 @@ begin
         execute pg_catalog.format('drop trigger if exists ferry_cue_replicated on %s', p_table);
         execute pg_catalog.format('drop trigger if exists ferry_replica_only on %s', p_table);
     end if;
+
+    -- The rows the table had before its triggers (a first registration stamps them all
+    -- with this transaction) are in no ferry.changes row: from here on it is complete
+    -- again for the cursors that see this transaction (0016_changes.sql). CREATE TRIGGER's
+    -- lock waited for the table's writers in flight, and holds off new ones until commit.
+    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
 end
 $$;
 
@@ -2142,6 +2254,8 @@ CREATE FUNCTION ferry.pull_steady(p_made jsonb, p_until pg_snapshot, p_since pg_
         declare
             v_here jsonb := ferry.history_here();
             v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
+            v_may_read boolean;
+            v_noted boolean;
             v_last bigint;
             v_expired boolean;
             v_tables name[];
@@ -2152,16 +2266,35 @@ CREATE FUNCTION ferry.pull_steady(p_made jsonb, p_until pg_snapshot, p_since pg_
             v_total integer := 0;
             v_changes jsonb := '{}'::jsonb;
         begin
-            if not coalesce(true, false) or ferry.history_left(p_made, v_here) then
-                return null;
-            end if;
-            select (select d.last_mutation_id from ferry.devices d
+            -- Whether the caller may read every table; whether ferry.changes may name the
+            -- tables with something new (the cursor sees every change it misses noted
+            -- there, and no table it answers for has gained a read policy of its own
+            -- since this function was built), and which it names; the device's last
+            -- mutation id; whether the cursor is past the purge horizon.
+            select coalesce(true, false),
+                    coalesce(pg_catalog.pg_visible_in_snapshot(h.changes_since, p_since)
+                        and pg_catalog.pg_visible_in_snapshot(h.changes_since, v_shared_since)
+                        and not exists (select from pg_catalog.pg_policy p
+                            -- (The array in a subquery, made once: inline, the planner
+                            -- evaluated it for every policy of the database.)
+                            where p.polrelid = any ((select array[null::oid])::oid[]) and p.polpermissive and p.polcmd in ('r', '*')
+                                and p.polname <> 'ferry_read'), false),
+                    array(select null::name where false),
+                    (select d.last_mutation_id from ferry.devices d
                         where d.user_id = ferry.uid() and d.device_id = ferry.device_id()),
                     exists (select from ferry.purge_horizon h, (values (p_since), (p_shared_since)) c (since)
                         where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
-                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)),
-                    array(select null::name where false)
-                into v_last, v_expired, v_tables;
+                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since))
+                into v_may_read, v_noted, v_tables, v_last, v_expired
+                from ferry.history h;
+            if not v_may_read or ferry.history_left(p_made, v_here) then
+                return null;
+            end if;
+            -- The probes, of every table for a cursor ferry.changes cannot answer, else of
+            -- the tables it does not answer for.
+            if not v_noted then
+                v_tables := array(select null::name where false);
+            end if;
             if v_expired then
                 return null;
             end if;
@@ -2225,6 +2358,7 @@ begin
     end loop;
     perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
     perform ferry.trim_rejected_mutations(p_older_than, p_batch);
+    perform ferry.compact_changes(p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),
@@ -3021,6 +3155,8 @@ begin
     end if;
     insert into ferry.replicated_tables (table_name) values (p_table) on conflict do nothing;
     perform ferry.install_triggers(p_table);
+    -- A received table is probed by a steady-state pull, not looked up in ferry.changes.
+    perform ferry.install_pull_rows();
 end
 $$;
 
@@ -3683,20 +3819,75 @@ CREATE FUNCTION ferry.send_cues() RETURNS trigger
     AS $$
 declare
     v_skip text := pg_catalog.current_setting('ferry.skip_cues', true);
+    v_xid xid8 := pg_catalog.pg_current_xact_id();
     v_suffix text;
 begin
+    -- What changed for whom. (A query names only the transition tables its trigger has,
+    -- so each event has its own.)
+    if tg_nargs = 0 then
+        if tg_op = 'DELETE' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select '00000000-0000-0000-0000-000000000000', v_xid, tg_table_name
+                where exists (select from old_rows o where not o._deleted)
+                on conflict do nothing;
+        else
+            insert into ferry.changes (owner, changed_by, table_name)
+                select '00000000-0000-0000-0000-000000000000', v_xid, tg_table_name
+                where exists (select from new_rows)
+                on conflict do nothing;
+        end if;
+    elsif tg_argv[0] = 'user_id' then
+        if tg_op = 'INSERT' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct n.user_id, v_xid, tg_table_name from new_rows n where n.user_id is not null
+                on conflict do nothing;
+        elsif tg_op = 'UPDATE' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
+                where c.owner is not null
+                on conflict do nothing;
+        else
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct o.user_id, v_xid, tg_table_name from old_rows o where o.user_id is not null and not o._deleted
+                on conflict do nothing;
+        end if;
+    else
+        if tg_op = 'INSERT' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n) c
+                where c.owner is not null
+                on conflict do nothing;
+        elsif tg_op = 'UPDATE' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (
+                    select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n
+                    union all
+                    select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid from old_rows o
+                ) c
+                where c.owner is not null
+                on conflict do nothing;
+        else
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid as owner from old_rows o where not o._deleted) c
+                where c.owner is not null
+                on conflict do nothing;
+        end if;
+    end if;
+
     if v_skip = 'on' or v_skip = tg_table_name then
         return null;
     end if;
     v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
 
-    -- Each branch is one query over the transition tables, calling send_cue per row: the
-    -- identical payloads of a statement (and of its transaction) are folded into one by
-    -- PostgreSQL, so each owner is notified once. Cheaper than DISTINCT, whose hash table per
-    -- statement tripled the trigger's cost on the one-row statements of a push.
+    -- The cues: each branch is one query over the transition tables, calling send_cue per
+    -- row: the identical payloads of a statement (and of its transaction) are folded into
+    -- one by PostgreSQL, so each owner is notified once.
     if tg_nargs = 0 then
-        -- shared: one cue for every user when any row was touched. (A query names only
-        -- the transition tables its trigger has, so DELETE has its own.)
+        -- shared: one cue for every user when any row was touched.
         if tg_op = 'DELETE' then
             if exists (select from old_rows o where not o._deleted) then
                 perform ferry.send_cue('*' || v_suffix);
@@ -3745,7 +3936,7 @@ $$;
 -- Name: FUNCTION send_cues(); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or ->@<xid> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+COMMENT ON FUNCTION ferry.send_cues() IS 'Statement trigger of every synced table: notes each distinct owner the statement touched in ferry.changes, then sends one ferry.send_cue(''<owner uuid or *> <device or ->@<xid> <table>'') per owner unless ferry.skip_cues silences it (lock heartbeats, push''s own writes)';
 
 
 --
@@ -4083,6 +4274,7 @@ begin
     delete from ferry.replicated_tables r where r.table_name = p_table;
     if exists (select from ferry.synced_tables s where s.table_name = p_table) then
         perform ferry.install_triggers(p_table);
+        perform ferry.install_pull_rows();
     end if;
 end
 $$;
@@ -5365,6 +5557,24 @@ CREATE TABLE ferry.account_codes (
 
 
 --
+-- Name: changes; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.changes (
+    owner uuid NOT NULL,
+    changed_by xid8 NOT NULL,
+    table_name name NOT NULL
+);
+
+
+--
+-- Name: TABLE changes; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.changes IS 'Which synced tables changed for whom (owner; the nil uuid for a shared table) in which transaction: written by the statement triggers, read by ferry.pull_steady, compacted by ferry.purge_tombstones.';
+
+
+--
 -- Name: devices; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -5391,6 +5601,7 @@ CREATE TABLE ferry.history (
     began_at_lsn pg_lsn NOT NULL,
     began_on_timeline integer NOT NULL,
     began_at timestamp with time zone DEFAULT now() NOT NULL,
+    changes_since xid8,
     CONSTRAINT history_one_check CHECK (one)
 );
 
@@ -5400,6 +5611,13 @@ CREATE TABLE ferry.history (
 --
 
 COMMENT ON TABLE ferry.history IS 'One row: the epoch, cluster, database and timeline a cursor must name to be honoured (docs/ARCHITECTURE.md, "A cursor names its history").';
+
+
+--
+-- Name: COLUMN history.changes_since; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON COLUMN ferry.history.changes_since IS 'The transaction since which ferry.changes holds every change to the synced tables: a pull trusts ferry.changes only for a cursor that sees it.';
 
 
 --
@@ -5689,6 +5907,14 @@ ALTER TABLE ONLY ferry.account_codes
 
 
 --
+-- Name: changes changes_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.changes
+    ADD CONSTRAINT changes_pkey PRIMARY KEY (owner, changed_by, table_name);
+
+
+--
 -- Name: devices devices_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -5957,6 +6183,12 @@ ALTER TABLE ONLY ferry.watermelon_cursors
 
 
 --
+-- Name: changes; Type: ROW SECURITY; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ferry.changes ENABLE ROW LEVEL SECURITY;
+
+--
 -- Name: devices; Type: ROW SECURITY; Schema: ferry; Owner: -
 --
 
@@ -5967,6 +6199,20 @@ ALTER TABLE ferry.devices ENABLE ROW LEVEL SECURITY;
 --
 
 CREATE POLICY devices_owner ON ferry.devices USING ((user_id = ( SELECT ferry.uid() AS uid))) WITH CHECK ((user_id = ( SELECT ferry.uid() AS uid)));
+
+
+--
+-- Name: changes ferry_note; Type: POLICY; Schema: ferry; Owner: -
+--
+
+CREATE POLICY ferry_note ON ferry.changes FOR INSERT WITH CHECK (true);
+
+
+--
+-- Name: changes ferry_read; Type: POLICY; Schema: ferry; Owner: -
+--
+
+CREATE POLICY ferry_read ON ferry.changes FOR SELECT TO ferry_client USING (((owner = ( SELECT ferry.uid() AS uid)) OR (owner = '00000000-0000-0000-0000-000000000000'::uuid)));
 
 
 --
@@ -6060,6 +6306,13 @@ GRANT ALL ON FUNCTION ferry.column_default(p_table regclass, p_column smallint) 
 
 REVOKE ALL ON FUNCTION ferry.column_value_error(p_table regclass, p_row jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.column_value_error(p_table regclass, p_row jsonb) TO ferry_client;
+
+
+--
+-- Name: FUNCTION compact_changes(p_batch integer); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.compact_changes(p_batch integer) FROM PUBLIC;
 
 
 --
@@ -6918,6 +7171,14 @@ GRANT ALL ON FUNCTION ferry.watermelon_write(p_table regclass, p_strategy text, 
 
 REVOKE ALL ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) TO ferry_client;
+
+
+--
+-- Name: TABLE changes; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT INSERT ON TABLE ferry.changes TO PUBLIC;
+GRANT SELECT ON TABLE ferry.changes TO ferry_client;
 
 
 --

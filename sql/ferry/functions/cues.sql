@@ -150,34 +150,93 @@ $$;
 
 -- The statement trigger of every synced table (ferry_cue_insert, _update, _delete: one
 -- event each, since PostgreSQL allows transition tables only on a trigger with one).
--- Its argument is the table's owner column, none for a shared table. One notification
--- per distinct owner of the rows the statement touched: for UPDATE the owners of the old
--- rows and of the new (re-owning moves rows between users). Deleting a tombstone
--- (a purge, an operator's hard delete) cues nobody: a pull would bring nothing.
+-- Its argument is the table's owner column, none for a shared table. For each distinct
+-- owner of the rows the statement touched (for UPDATE the owners of the old rows and of
+-- the new: re-owning moves rows between users), it first notes the change in
+-- ferry.changes (0016_changes.sql; the nil uuid for a shared table), whatever
+-- ferry.skip_cues says, since a pull must find the rows; then, unless skip_cues silences
+-- it, sends one notification. Deleting a tombstone (a purge, an operator's hard delete)
+-- does neither: a pull would bring nothing.
 --
 -- No search_path (a SET clause costs a GUC save and restore per call); static SQL only,
 -- so PL/pgSQL keeps its plans per table. It calls ferry.send_cue per row and leaves the
 -- folding to PostgreSQL, cheaper than a DISTINCT's hash table on a push's one-row
--- statements (bench/RESULTS.md, "Realtime: cost of cues on writes").
+-- statements (bench/RESULTS.md, "Realtime: cost of cues on writes"); ferry.changes is
+-- written once per owner (DISTINCT), since each row written costs more than the hash.
 create or replace function ferry.send_cues() returns trigger
 language plpgsql
 as $$
 declare
     v_skip text := pg_catalog.current_setting('ferry.skip_cues', true);
+    v_xid xid8 := pg_catalog.pg_current_xact_id();
     v_suffix text;
 begin
+    -- What changed for whom. (A query names only the transition tables its trigger has,
+    -- so each event has its own.)
+    if tg_nargs = 0 then
+        if tg_op = 'DELETE' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select '00000000-0000-0000-0000-000000000000', v_xid, tg_table_name
+                where exists (select from old_rows o where not o._deleted)
+                on conflict do nothing;
+        else
+            insert into ferry.changes (owner, changed_by, table_name)
+                select '00000000-0000-0000-0000-000000000000', v_xid, tg_table_name
+                where exists (select from new_rows)
+                on conflict do nothing;
+        end if;
+    elsif tg_argv[0] = 'user_id' then
+        if tg_op = 'INSERT' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct n.user_id, v_xid, tg_table_name from new_rows n where n.user_id is not null
+                on conflict do nothing;
+        elsif tg_op = 'UPDATE' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
+                where c.owner is not null
+                on conflict do nothing;
+        else
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct o.user_id, v_xid, tg_table_name from old_rows o where o.user_id is not null and not o._deleted
+                on conflict do nothing;
+        end if;
+    else
+        if tg_op = 'INSERT' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n) c
+                where c.owner is not null
+                on conflict do nothing;
+        elsif tg_op = 'UPDATE' then
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (
+                    select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n
+                    union all
+                    select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid from old_rows o
+                ) c
+                where c.owner is not null
+                on conflict do nothing;
+        else
+            insert into ferry.changes (owner, changed_by, table_name)
+                select distinct c.owner, v_xid, tg_table_name
+                from (select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid as owner from old_rows o where not o._deleted) c
+                where c.owner is not null
+                on conflict do nothing;
+        end if;
+    end if;
+
     if v_skip = 'on' or v_skip = tg_table_name then
         return null;
     end if;
     v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
 
-    -- Each branch is one query over the transition tables, calling send_cue per row: the
-    -- identical payloads of a statement (and of its transaction) are folded into one by
-    -- PostgreSQL, so each owner is notified once. Cheaper than DISTINCT, whose hash table per
-    -- statement tripled the trigger's cost on the one-row statements of a push.
+    -- The cues: each branch is one query over the transition tables, calling send_cue per
+    -- row: the identical payloads of a statement (and of its transaction) are folded into
+    -- one by PostgreSQL, so each owner is notified once.
     if tg_nargs = 0 then
-        -- shared: one cue for every user when any row was touched. (A query names only
-        -- the transition tables its trigger has, so DELETE has its own.)
+        -- shared: one cue for every user when any row was touched.
         if tg_op = 'DELETE' then
             if exists (select from old_rows o where not o._deleted) then
                 perform ferry.send_cue('*' || v_suffix);
@@ -222,7 +281,7 @@ end
 $$;
 
 comment on function ferry.send_cues() is
-    'Statement trigger of every synced table: one ferry.send_cue(''<owner uuid or *> <device or ->@<xid> <table>'') per distinct owner the statement touched; skipped while ferry.skip_cues is on (lock heartbeats)';
+    'Statement trigger of every synced table: notes each distinct owner the statement touched in ferry.changes, then sends one ferry.send_cue(''<owner uuid or *> <device or ->@<xid> <table>'') per owner unless ferry.skip_cues silences it (lock heartbeats, push''s own writes)';
 
 -- MARK: - Rows logical replication applies
 
@@ -230,7 +289,9 @@ comment on function ferry.send_cues() is
 -- (ferry_cue_replicated, ENABLE REPLICA: it fires only for the rows logical replication
 -- applies, for which no statement trigger fires, so ferry.send_cues never sees them).
 -- One cue for every user per row, folded by PostgreSQL into one per transaction; the
--- removal of a tombstone (the origin's purge) cues nobody, as in ferry.send_cues.
+-- removal of a tombstone (the origin's purge) cues nobody, as in ferry.send_cues. It
+-- notes nothing in ferry.changes: a pull probes a received table instead
+-- (ferry.install_pull_rows), since not every way replication writes it fires this trigger.
 create or replace function ferry.send_replicated_cue() returns trigger
 language plpgsql
 as $$
@@ -271,6 +332,26 @@ $$;
 
 comment on function ferry.refuse_truncate() is
     'BEFORE TRUNCATE trigger of every synced table: refuses it (0A000), since TRUNCATE leaves no tombstones for devices to pull';
+
+-- MARK: - Installing
+
+-- ferry.changes holds every change since the transaction that installed the triggers'
+-- code above, this one (ferry.history.changes_since): a pull uses it only for a cursor
+-- that sees this transaction. So that no writer still running the code before it commits
+-- after it, it first takes SHARE locks on every synced table: it waits for the writers
+-- in flight, and a writer that comes meanwhile waits for its commit, then runs this code.
+-- Run again whenever this file changes, which only makes older cursors probe.
+do $$
+declare
+    v_tables text;
+begin
+    select pg_catalog.string_agg(s.table_name::text, ', ') into v_tables from ferry.synced_tables s;
+    if v_tables is not null then
+        execute 'lock table ' || v_tables || ' in share mode';
+    end if;
+    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
+end
+$$;
 
 -- MARK: - Grants
 

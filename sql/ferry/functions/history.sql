@@ -177,7 +177,7 @@ $$;
 -- After a logical restore (ferry restore-finish): every row of every synced table whose
 -- _stamp this cluster's transaction counter has not passed gets this transaction's (so
 -- a first pull sees it at once; updated_at and cues are left alone), the WatermelonDB
--- timestamps and the purge horizon of the old history go, and a new epoch begins in
+-- timestamps, the changed-tables notes and the purge horizon of the old history go, and a new epoch begins in
 -- this cluster and database, expiring every cursor made before. Returns how many rows
 -- were restamped. Run it as the owner of the synced tables.
 create or replace function ferry.finish_restore() returns bigint
@@ -199,6 +199,11 @@ begin
         execute pg_catalog.format('alter table %s enable trigger ferry_stamp, enable trigger ferry_cue_update', v_table);
     end loop;
     delete from ferry.watermelon_cursors;
+    -- ferry.changes names the old history's transactions; the restamped rows are in none
+    -- of its rows. It is complete again from here (0016_changes.sql), for the cursors of
+    -- the new epoch, which all see this transaction.
+    delete from ferry.changes;
+    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
     update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
     delete from ferry.timeline_ancestry;
     update ferry.history h set

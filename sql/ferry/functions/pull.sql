@@ -186,3 +186,9 @@ comment on function ferry.pull(text, integer) is
 
 revoke all on function ferry.pull(text, integer) from public;
 grant execute on function ferry.pull(text, integer) to ferry_client;
+
+-- A pull reads in ferry.changes (0016_changes.sql) its caller's own rows and the shared
+-- tables' (the nil owner). The policy calls ferry.uid(), so it is made here, after it.
+drop policy if exists ferry_read on ferry.changes;
+create policy ferry_read on ferry.changes for select to ferry_client
+    using (owner = (select ferry.uid()) or owner = '00000000-0000-0000-0000-000000000000');

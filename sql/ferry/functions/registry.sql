@@ -378,6 +378,12 @@ begin
         execute pg_catalog.format('drop trigger if exists ferry_cue_replicated on %s', p_table);
         execute pg_catalog.format('drop trigger if exists ferry_replica_only on %s', p_table);
     end if;
+
+    -- The rows the table had before its triggers (a first registration stamps them all
+    -- with this transaction) are in no ferry.changes row: from here on it is complete
+    -- again for the cursors that see this transaction (0016_changes.sql). CREATE TRIGGER's
+    -- lock waited for the table's writers in flight, and holds off new ones until commit.
+    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
 end
 $$;
 
@@ -539,9 +545,12 @@ comment on function ferry.install_pull_reader(regclass) is
 -- ferry.pull_steady(made, until, since, shared_since, limit), built beside them, is the
 -- steady state: a pull after a done cursor whose rows fit in one page, the pull a device
 -- makes on every cue. It answers exactly what ferry.pull would, in few statements: one
--- reads the device's last mutation id, the purge horizon and the probes above together,
--- then one static read per table with something new, written into it (no dispatcher or
--- reader call). A pull's cost was mostly fixed costs per statement and per call, not its
+-- reads the device's last mutation id, the purge horizon and which tables have something
+-- new together, then one static read per each, written into it (no dispatcher or reader
+-- call). Which tables: from ferry.changes (0016_changes.sql) for a cursor that sees
+-- ferry.history.changes_since, one index range instead of a probe (and two locks) per
+-- table; by the probes above for an older cursor, and for the tables ferry.changes does
+-- not answer for (docs/ARCHITECTURE.md, "Which tables changed"). A pull's cost was mostly fixed costs per statement and per call, not its
 -- reads (bench/RESULTS.md). It answers null, and ferry.pull takes the pull over from the
 -- start, whenever the answer is not that simple: rows past the limit (a page that ends
 -- inside a table needs positions), a cursor of another history or past the purge horizon
@@ -561,6 +570,16 @@ declare
     v_probes text;
     v_readable text;
     v_steady_reads text;
+    v_unnoted_probes text;
+    v_noted_users text;
+    v_noted_shared text;
+    v_noted_oids text;
+    -- The tables (%2$s) ferry.changes notes a change of for owner %1$s since snapshot %3$s.
+    v_noted_read text := $read$select c.table_name from ferry.changes c
+                        where c.owner = %1$s and c.table_name = any (%2$L::name[])
+                            and c.changed_by >= pg_catalog.pg_snapshot_xmin(%3$s) and c.changed_by < pg_catalog.pg_snapshot_xmax(p_until)
+                            and pg_catalog.pg_visible_in_snapshot(c.changed_by, p_until)
+                            and not pg_catalog.pg_visible_in_snapshot(c.changed_by, %3$s)$read$;
     v_every_table_read boolean := not exists (select from ferry.synced_tables s where s.pull_reader is null);
     v_refusal text := $refusal$raise exception 'pull: synced table %% has no pull reader', p_name
                     using errcode = '55000', hint = 'call ferry.register_table on it again to rebuild its pull reader';$refusal$;
@@ -588,7 +607,8 @@ begin
         -- ferry.pull_steady's read of each table: its rows new since the cursor, as the
         -- reader's "changes since the cursor" reads them, without positions (a page that
         -- ends inside a table is left to ferry.pull), and whether the table still has the
-        -- primary key it was built for (else ferry.pull, whose reader raises 55000).
+        -- primary key it was built for (else ferry.pull, whose reader raises 55000). Any
+        -- limit + 1 rows, unsorted: all of them when they fit, else the answer is null.
         pg_catalog.string_agg(pg_catalog.format(
             $read$
             if %1$L = any (v_tables) then
@@ -606,7 +626,6 @@ begin
                         where t._stamp >= pg_catalog.pg_snapshot_xmin(%8$s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
                             and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
                             and not pg_catalog.pg_visible_in_snapshot(t._stamp, %8$s)
-                        order by t._stamp, %9$s
                         limit p_limit + 1
                     ) r;
                 v_total := v_total + v_fetched;
@@ -619,11 +638,33 @@ begin
                 end if;
             end if;$read$,
             b.relname, k.ordered, b.table_name::text, k.attnums, k.aliased, ferry.pull_row_json(b.table_name), k.object,
-            case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end, k.columns), '' order by b.position)
-        into v_branches, v_probes, v_readable, v_steady_reads
+            case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end), '' order by b.position),
+        -- With ferry.changes (0016_changes.sql): the probes of the tables it does not
+        -- answer for, and the names and oids of those it does.
+        pg_catalog.string_agg(pg_catalog.format(
+            $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
+                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
+            E'\n                union all ' order by b.position) filter (where not b.noted),
+        pg_catalog.array_agg(b.relname order by b.position) filter (where b.noted and b.strategy <> 'shared')::text,
+        pg_catalog.array_agg(b.relname order by b.position) filter (where b.noted and b.strategy = 'shared')::text,
+        pg_catalog.string_agg(pg_catalog.format('pg_catalog.to_regclass(%L)::oid', b.table_name::text),
+            E',\n                                    ' order by b.position) filter (where b.noted)
+        into v_branches, v_probes, v_readable, v_steady_reads, v_unnoted_probes, v_noted_users, v_noted_shared, v_noted_oids
         from (
             select c.relname, s.table_name, s.strategy, s.pull_reader,
-                pg_catalog.row_number() over (order by c.relname) as position
+                pg_catalog.row_number() over (order by c.relname) as position,
+                -- ferry.changes answers for a table whose every write fires its statement
+                -- triggers (not one logical replication applies) and whose rows a caller
+                -- reads only through ferry_read (its owner's, or a shared table's all):
+                -- an operator's permissive read policy would show rows of other owners.
+                not exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
+                    and not exists (select from pg_catalog.pg_policy p
+                        where p.polrelid = s.table_name and p.polpermissive and p.polcmd in ('r', '*')
+                            and p.polname <> 'ferry_read') as noted
             from ferry.synced_tables s join pg_catalog.pg_class c on c.oid = s.table_name
             where s.pull_reader is not null
         ) b
@@ -631,8 +672,7 @@ begin
             select pg_catalog.string_agg(p.attnum::text, ' ' order by p.ordinal) as attnums, -- as int2vector prints indkey
                 pg_catalog.string_agg(pg_catalog.format('t.%I as k%s', p.name, p.ordinal), ', ' order by p.ordinal) as aliased,
                 pg_catalog.string_agg(pg_catalog.format('r.k%s', p.ordinal), ', ' order by p.ordinal) as ordered,
-                pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object,
-                pg_catalog.string_agg(pg_catalog.format('t.%I', p.name), ', ' order by p.ordinal) as columns
+                pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object
             from ferry.primary_key(b.table_name) p
         ) k;
     execute pg_catalog.format(
@@ -701,6 +741,8 @@ begin
         declare
             v_here jsonb := ferry.history_here();
             v_shared_since pg_snapshot := coalesce(p_shared_since, p_since);
+            v_may_read boolean;
+            v_noted boolean;
             v_last bigint;
             v_expired boolean;
             v_tables name[];
@@ -711,16 +753,35 @@ begin
             v_total integer := 0;
             v_changes jsonb := '{}'::jsonb;
         begin
-            if not coalesce(%s, false) or ferry.history_left(p_made, v_here) then
-                return null;
-            end if;
-            select (select d.last_mutation_id from ferry.devices d
+            -- Whether the caller may read every table; whether ferry.changes may name the
+            -- tables with something new (the cursor sees every change it misses noted
+            -- there, and no table it answers for has gained a read policy of its own
+            -- since this function was built), and which it names; the device's last
+            -- mutation id; whether the cursor is past the purge horizon.
+            select coalesce(%s, false),
+                    coalesce(pg_catalog.pg_visible_in_snapshot(h.changes_since, p_since)
+                        and pg_catalog.pg_visible_in_snapshot(h.changes_since, v_shared_since)
+                        and not exists (select from pg_catalog.pg_policy p
+                            -- (The array in a subquery, made once: inline, the planner
+                            -- evaluated it for every policy of the database.)
+                            where p.polrelid = any ((select array[%s])::oid[]) and p.polpermissive and p.polcmd in ('r', '*')
+                                and p.polname <> 'ferry_read'), false),
+                    array(%s),
+                    (select d.last_mutation_id from ferry.devices d
                         where d.user_id = ferry.uid() and d.device_id = ferry.device_id()),
                     exists (select from ferry.purge_horizon h, (values (p_since), (p_shared_since)) c (since)
                         where pg_catalog.pg_snapshot_xmin(c.since) <= h.purged_through
-                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since)),
-                    array(%s)
-                into v_last, v_expired, v_tables;
+                            and not pg_catalog.pg_visible_in_snapshot(h.purge_xid, c.since))
+                into v_may_read, v_noted, v_tables, v_last, v_expired
+                from ferry.history h;
+            if not v_may_read or ferry.history_left(p_made, v_here) then
+                return null;
+            end if;
+            -- The probes, of every table for a cursor ferry.changes cannot answer, else of
+            -- the tables it does not answer for.
+            if not v_noted then
+                v_tables := array(%s);%s
+            end if;
             if v_expired then
                 return null;
             end if;%s
@@ -732,7 +793,16 @@ begin
                 'last_mutation_id', v_last);
         end
         $body$,
-            case when v_every_table_read then coalesce(v_readable, 'true') else 'false' end, coalesce(v_probes, 'select null::name where false'),
+            case when v_every_table_read then coalesce(v_readable, 'true') else 'false' end,
+            coalesce(v_noted_oids, 'null::oid'),
+            coalesce(nullif(pg_catalog.concat_ws(E'\n                        union all ',
+                case when v_noted_users is not null then pg_catalog.format(v_noted_read, 'ferry.uid()', v_noted_users, 'p_since') end,
+                case when v_noted_shared is not null then pg_catalog.format(v_noted_read,
+                    $nil$'00000000-0000-0000-0000-000000000000'::uuid$nil$, v_noted_shared, 'v_shared_since') end), ''),
+                'select null::name where false'),
+            coalesce(v_probes, 'select null::name where false'),
+            case when v_unnoted_probes is not null then pg_catalog.format(E'\n            else\n                v_tables := v_tables || array(%s);',
+                v_unnoted_probes) end,
             coalesce(v_steady_reads, '')));
     revoke all on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) from public;
     grant execute on function ferry.pull_steady(jsonb, pg_snapshot, pg_snapshot, pg_snapshot, integer) to ferry_client;

@@ -12,7 +12,8 @@
 -- each table for old tombstones. Each call also trims at most p_batch WatermelonDB
 -- timestamps as old, each device keeping its newest (ferry.trim_watermelon_cursors,
 -- watermelon.sql) and at most p_batch remembered rejections as old
--- (ferry.trim_rejected_mutations, outcomes.sql); they are not counted in the answer.
+-- (ferry.trim_rejected_mutations, outcomes.sql), and compacts ferry.changes
+-- (ferry.compact_changes, below); they are not counted in the answer.
 -- Its DELETEs are for good (ferry.hard_delete, deletes.sql), not tombstones of tombstones.
 -- Shared tables this cluster receives from an origin are left out: the origin purges
 -- them, and replication applies its purge here (ferry.tombstone_delete).
@@ -61,6 +62,7 @@ begin
     end loop;
     perform ferry.trim_watermelon_cursors(p_older_than, p_batch);
     perform ferry.trim_rejected_mutations(p_older_than, p_batch);
+    perform ferry.compact_changes(p_batch);
     if v_total > 0 then
         update ferry.purge_horizon h
             set purged_through = greatest(h.purged_through, v_through),
@@ -74,6 +76,43 @@ $$;
 
 comment on function ferry.purge_tombstones(interval, integer) is
     'Deletes at most batch tombstones older than older_than over the synced tables and advances ferry.purge_horizon; returns the count (call until 0).';
+
+-- ferry.changes (0016_changes.sql) gains a row per owner, table and writing transaction.
+-- Compacting replaces all of an owner's rows for one table, when there are several, by
+-- one row of this transaction, for at most p_batch (owner, table) groups; returns how
+-- many rows it removed. Only rows of transactions that ended before this one's snapshot
+-- are touched (none a writer in flight adds). A cursor that missed any of them was made
+-- before it committed, so before this transaction commits: it misses the new row too, and
+-- still finds the table. A cursor that saw them all may read the table once for nothing.
+create or replace function ferry.compact_changes(p_batch integer) returns bigint
+language plpgsql security definer set search_path = ''
+as $$
+declare
+    v_before xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
+    v_removed bigint;
+begin
+    with crowded as (
+        select c.owner, c.table_name from ferry.changes c
+        where c.changed_by < v_before
+        group by c.owner, c.table_name
+        having pg_catalog.count(*) > 1
+        limit p_batch
+    ), gone as (
+        delete from ferry.changes c using crowded w
+        where c.owner = w.owner and c.table_name = w.table_name and c.changed_by < v_before
+        returning c.owner, c.table_name
+    ), kept as (
+        insert into ferry.changes (owner, changed_by, table_name)
+        select distinct g.owner, pg_catalog.pg_current_xact_id(), g.table_name from gone g
+        on conflict do nothing
+    )
+    select pg_catalog.count(*) into v_removed from gone;
+    return v_removed;
+end
+$$;
+
+comment on function ferry.compact_changes(integer) is
+    'Replaces the ferry.changes rows of at most batch (owner, table) groups that have several by one row of this transaction; returns how many rows went (called by ferry.purge_tombstones).';
 
 -- What a purge would delete now (ferry purge-tombstones --dry-run).
 create or replace function ferry.count_purgeable_tombstones(p_older_than interval) returns bigint
@@ -100,7 +139,8 @@ $$;
 comment on function ferry.count_purgeable_tombstones(interval) is
     'How many tombstones ferry.purge_tombstones would delete now (ferry purge-tombstones --dry-run).';
 
-revoke all on function ferry.purge_tombstones(interval, integer), ferry.count_purgeable_tombstones(interval)
+revoke all on function ferry.purge_tombstones(interval, integer), ferry.count_purgeable_tombstones(interval),
+    ferry.compact_changes(integer)
     from public;
 grant execute on function ferry.purge_tombstones(interval, integer), ferry.count_purgeable_tombstones(interval)
     to ferry_gateway;

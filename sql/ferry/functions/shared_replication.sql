@@ -37,6 +37,8 @@ begin
     end if;
     insert into ferry.replicated_tables (table_name) values (p_table) on conflict do nothing;
     perform ferry.install_triggers(p_table);
+    -- A received table is probed by a steady-state pull, not looked up in ferry.changes.
+    perform ferry.install_pull_rows();
 end
 $$;
 
@@ -52,6 +54,7 @@ begin
     delete from ferry.replicated_tables r where r.table_name = p_table;
     if exists (select from ferry.synced_tables s where s.table_name = p_table) then
         perform ferry.install_triggers(p_table);
+        perform ferry.install_pull_rows();
     end if;
 end
 $$;
