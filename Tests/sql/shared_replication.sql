@@ -14,7 +14,7 @@
 \pset pager off
 
 begin;
-select plan(19);
+select plan(22);
 
 select throws_ok($$select ferry.receive_shared('public.profiles')$$, '22023',
     'ferry.receive_shared(public.profiles): not a registered shared table', 'only a shared table can be received');
@@ -74,6 +74,15 @@ set local session_replication_role = origin;
 -- The local purge leaves the table to the origin.
 select is(ferry.count_purgeable_tombstones('0'), 0::bigint, 'the purge counts nothing of a received table');
 select lives_ok($$select ferry.purge_tombstones('0', 100)$$, 'and purges around it');
+
+-- After a logical restore of a cluster that receives it, finish_restore restamps it too,
+-- and leaves it received.
+select lives_ok($$select ferry.finish_restore()$$, 'finish_restore restamps a received table');
+select is((select pg_catalog.bool_and(_stamp = pg_catalog.pg_current_xact_id()) from public.daily_puzzles), true,
+    'every row of the received table restamped');
+select is((select pg_catalog.array_agg(g.tgname::text || ' ' || g.tgenabled::text order by g.tgname) from pg_catalog.pg_trigger g
+        where g.tgrelid = 'public.daily_puzzles'::regclass and g.tgname in ('ferry_stamp', 'ferry_replica_only', 'ferry_cue_update')),
+    '{"ferry_cue_update O","ferry_replica_only O","ferry_stamp A"}'::text[], 'and its triggers as they were');
 
 -- Undone, the table is an ordinary shared table again.
 select ferry.stop_receiving_shared('public.daily_puzzles');

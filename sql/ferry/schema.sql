@@ -683,18 +683,27 @@ CREATE FUNCTION ferry.finish_restore() RETURNS bigint
     AS $_$
 declare
     v_table regclass;
+    v_received boolean;
     v_rows bigint;
     v_total bigint := 0;
     v_floor xid8 := pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());
 begin
     perform from ferry.history for update;
-    for v_table in select s.table_name from ferry.synced_tables s order by s.table_name::text loop
-        execute pg_catalog.format('alter table %s disable trigger ferry_stamp, disable trigger ferry_cue_update', v_table);
+    for v_table, v_received in
+        select s.table_name, exists (select from ferry.replicated_tables r where r.table_name = s.table_name)
+        from ferry.synced_tables s order by s.table_name::text
+    loop
+        -- A shared table received by logical replication refuses other writes
+        -- (ferry_replica_only, shared_replication.sql), and its stamp trigger fires ALWAYS.
+        execute pg_catalog.format('alter table %s disable trigger ferry_stamp, disable trigger ferry_cue_update%s',
+            v_table, case when v_received then ', disable trigger ferry_replica_only' else '' end);
         execute pg_catalog.format('update %s t set _stamp = pg_catalog.pg_current_xact_id() where t._stamp >= $1', v_table)
             using v_floor;
         get diagnostics v_rows = row_count;
         v_total := v_total + v_rows;
-        execute pg_catalog.format('alter table %s enable trigger ferry_stamp, enable trigger ferry_cue_update', v_table);
+        execute pg_catalog.format('alter table %s enable trigger ferry_cue_update%s', v_table,
+            case when v_received then ', enable always trigger ferry_stamp, enable trigger ferry_replica_only'
+                else ', enable trigger ferry_stamp' end);
     end loop;
     delete from ferry.watermelon_cursors;
     -- ferry.changes names the old history's transactions; the restamped rows are in none
