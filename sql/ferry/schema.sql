@@ -1046,14 +1046,7 @@ begin
             case when b.position = 1 then 'if' else 'elsif' end, b.relname, b.pull_reader, b.table_name::text,
             case when b.strategy = 'shared' then 'coalesce(p_shared_since, p_since)' else 'p_since' end), ''
             order by b.position),
-        pg_catalog.string_agg(pg_catalog.format(
-            $probe$select %L::name where exists (
-                    select from %s t
-                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
-                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
-            E'\n                union all ' order by b.position),
+        pg_catalog.string_agg(p.probe, E'\n                union all ' order by b.position),
         pg_catalog.string_agg(pg_catalog.format('pg_catalog.has_table_privilege(pg_catalog.to_regclass(%L), ''select'')',
             b.table_name::text), E'\n                and ' order by b.position),
         -- ferry.pull_steady's read of each table: its rows new since the cursor, as the
@@ -1093,14 +1086,7 @@ begin
             case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end), '' order by b.position),
         -- With ferry.changes (0016_changes.sql): the probes of the tables it does not
         -- answer for, and the names and oids of those it does.
-        pg_catalog.string_agg(pg_catalog.format(
-            $probe$select %L::name where exists (
-                    select from %s t
-                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
-                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
-                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
-                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end),
-            E'\n                union all ' order by b.position) filter (where not b.noted),
+        pg_catalog.string_agg(p.probe, E'\n                union all ' order by b.position) filter (where not b.noted),
         pg_catalog.array_agg(b.relname order by b.position) filter (where b.noted and b.strategy <> 'shared')::text,
         pg_catalog.array_agg(b.relname order by b.position) filter (where b.noted and b.strategy = 'shared')::text,
         pg_catalog.string_agg(pg_catalog.format('pg_catalog.to_regclass(%L)::oid', b.table_name::text),
@@ -1126,7 +1112,17 @@ begin
                 pg_catalog.string_agg(pg_catalog.format('r.k%s', p.ordinal), ', ' order by p.ordinal) as ordered,
                 pg_catalog.string_agg(pg_catalog.format('%L, t.%I', p.name, p.name), ', ' order by p.ordinal) as object
             from ferry.primary_key(b.table_name) p
-        ) k;
+        ) k
+        -- A table's probe: has it a row the caller may read, new since the cursor?
+        cross join lateral (
+            select pg_catalog.format(
+                $probe$select %L::name where exists (
+                    select from %s t
+                    where t._stamp >= pg_catalog.pg_snapshot_xmin(%s) and t._stamp < pg_catalog.pg_snapshot_xmax(p_until)
+                        and pg_catalog.pg_visible_in_snapshot(t._stamp, p_until)
+                        and not pg_catalog.pg_visible_in_snapshot(t._stamp, %3$s))$probe$,
+                b.relname, b.table_name, case when b.strategy = 'shared' then 'v_shared_since' else 'p_since' end) as probe
+        ) p;
     execute pg_catalog.format(
         $function$
         create or replace function ferry.pull_rows(
