@@ -550,14 +550,15 @@ comment on function ferry.install_pull_reader(regclass) is
 -- call). Which tables: from ferry.changes (0016_changes.sql) for a cursor that sees
 -- ferry.history.changes_since, one index range instead of a probe (and two locks) per
 -- table; by the probes above for an older cursor, and for the tables ferry.changes does
--- not answer for (docs/ARCHITECTURE.md, "Which tables changed"). A pull's cost was mostly fixed costs per statement and per call, not its
--- reads (bench/RESULTS.md). It answers null, and ferry.pull takes the pull over from the
--- start, whenever the answer is not that simple: rows past the limit (a page that ends
--- inside a table needs positions), a cursor of another history or past the purge horizon
--- (ferry.pull raises), a table the caller may not read or a table without a reader, a
--- table whose primary key changed since it was built (the reader raises 55000). Its
--- purge-horizon check and last-mutation-id read are ferry.pull's (pull.sql), repeated
--- inside its one statement rather than called: change them in both.
+-- not answer for (docs/ARCHITECTURE.md, "Which tables changed"). A pull's cost was
+-- mostly fixed costs per statement and per call, not its reads (bench/RESULTS.md), and
+-- the probes' locks, two per table. It answers null, and ferry.pull takes the pull over
+-- from the start, whenever the answer is not that simple: rows past the limit (a page
+-- that ends inside a table needs positions), a cursor of another history or past the
+-- purge horizon (ferry.pull raises), a table the caller may not read or a table without
+-- a reader, a table whose primary key changed since it was built (the reader raises
+-- 55000). Its purge-horizon check and last-mutation-id read are ferry.pull's (pull.sql),
+-- repeated inside its one statement rather than called: change them in both.
 -- Their earlier forms (taking the table and the xmin; the dispatcher probed too).
 drop function if exists ferry.pull_rows(name, regclass, integer, xid8, pg_snapshot, pg_snapshot, jsonb, xid8);
 drop function if exists ferry.pull_candidates(xid8, pg_snapshot, pg_snapshot);
