@@ -707,10 +707,9 @@ begin
     end loop;
     delete from ferry.watermelon_cursors;
     -- ferry.changes names the old history's transactions; the restamped rows are in none
-    -- of its rows. It is complete again from here (0016_changes.sql), for the cursors of
-    -- the new epoch, which all see this transaction.
+    -- of its rows. It is complete again from here (0016_changes.sql, changes_since below),
+    -- for the cursors of the new epoch, which all see this transaction.
     delete from ferry.changes;
-    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
     update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
     delete from ferry.timeline_ancestry;
     update ferry.history h set
@@ -720,7 +719,8 @@ begin
         timeline = ferry.current_timeline(),
         began_at_lsn = pg_catalog.pg_current_wal_insert_lsn(),
         began_on_timeline = ferry.current_timeline(),
-        began_at = pg_catalog.now();
+        began_at = pg_catalog.now(),
+        changes_since = pg_catalog.pg_current_xact_id();
     return v_total;
 end
 $_$;
@@ -3824,113 +3824,69 @@ CREATE FUNCTION ferry.send_cues() RETURNS trigger
     AS $$
 declare
     v_skip text := pg_catalog.current_setting('ferry.skip_cues', true);
-    v_xid xid8 := pg_catalog.pg_current_xact_id();
+    v_owners uuid[];
     v_suffix text;
 begin
-    -- What changed for whom. (A query names only the transition tables its trigger has,
-    -- so each event has its own.)
+    -- Who the statement's rows belong to. (A query names only the transition tables its
+    -- trigger has, so each event has its own.)
     if tg_nargs = 0 then
-        if tg_op = 'DELETE' then
-            insert into ferry.changes (owner, changed_by, table_name)
-                select '00000000-0000-0000-0000-000000000000', v_xid, tg_table_name
-                where exists (select from old_rows o where not o._deleted)
-                on conflict do nothing;
-        else
-            insert into ferry.changes (owner, changed_by, table_name)
-                select '00000000-0000-0000-0000-000000000000', v_xid, tg_table_name
-                where exists (select from new_rows)
-                on conflict do nothing;
-        end if;
-    elsif tg_argv[0] = 'user_id' then
-        if tg_op = 'INSERT' then
-            insert into ferry.changes (owner, changed_by, table_name)
-                select distinct n.user_id, v_xid, tg_table_name from new_rows n where n.user_id is not null
-                on conflict do nothing;
-        elsif tg_op = 'UPDATE' then
-            insert into ferry.changes (owner, changed_by, table_name)
-                select distinct c.owner, v_xid, tg_table_name
-                from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
-                where c.owner is not null
-                on conflict do nothing;
-        else
-            insert into ferry.changes (owner, changed_by, table_name)
-                select distinct o.user_id, v_xid, tg_table_name from old_rows o where o.user_id is not null and not o._deleted
-                on conflict do nothing;
-        end if;
-    else
-        if tg_op = 'INSERT' then
-            insert into ferry.changes (owner, changed_by, table_name)
-                select distinct c.owner, v_xid, tg_table_name
-                from (select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n) c
-                where c.owner is not null
-                on conflict do nothing;
-        elsif tg_op = 'UPDATE' then
-            insert into ferry.changes (owner, changed_by, table_name)
-                select distinct c.owner, v_xid, tg_table_name
-                from (
-                    select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n
-                    union all
-                    select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid from old_rows o
-                ) c
-                where c.owner is not null
-                on conflict do nothing;
-        else
-            insert into ferry.changes (owner, changed_by, table_name)
-                select distinct c.owner, v_xid, tg_table_name
-                from (select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid as owner from old_rows o where not o._deleted) c
-                where c.owner is not null
-                on conflict do nothing;
-        end if;
-    end if;
-
-    if v_skip = 'on' or v_skip = tg_table_name then
-        return null;
-    end if;
-    v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
-
-    -- The cues: each branch is one query over the transition tables, calling send_cue per
-    -- row: the identical payloads of a statement (and of its transaction) are folded into
-    -- one by PostgreSQL, so each owner is notified once.
-    if tg_nargs = 0 then
-        -- shared: one cue for every user when any row was touched.
+        -- shared: every user (the nil uuid), when any row was touched.
         if tg_op = 'DELETE' then
             if exists (select from old_rows o where not o._deleted) then
-                perform ferry.send_cue('*' || v_suffix);
+                v_owners := array['00000000-0000-0000-0000-000000000000'::uuid];
             end if;
         elsif exists (select from new_rows) then
-            perform ferry.send_cue('*' || v_suffix);
+            v_owners := array['00000000-0000-0000-0000-000000000000'::uuid];
         end if;
     elsif tg_argv[0] = 'user_id' then
         -- The default owner column, read directly (the generic branch costs a row's JSON).
         if tg_op = 'INSERT' then
-            perform ferry.send_cue(n.user_id::text || v_suffix)
-                from new_rows n where n.user_id is not null;
+            v_owners := array(select distinct n.user_id from new_rows n where n.user_id is not null);
         elsif tg_op = 'UPDATE' then
-            perform ferry.send_cue(c.owner::text || v_suffix)
+            v_owners := array(
+                select distinct c.owner
                 from (select n.user_id as owner from new_rows n union all select o.user_id from old_rows o) c
-                where c.owner is not null;
+                where c.owner is not null);
         else
-            perform ferry.send_cue(o.user_id::text || v_suffix)
-                from old_rows o where o.user_id is not null and not o._deleted;
+            v_owners := array(select distinct o.user_id from old_rows o where o.user_id is not null and not o._deleted);
         end if;
+    elsif tg_op = 'INSERT' then
+        v_owners := array(
+            select distinct c.owner
+            from (select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n) c
+            where c.owner is not null);
+    elsif tg_op = 'UPDATE' then
+        v_owners := array(
+            select distinct c.owner
+            from (
+                select (pg_catalog.to_jsonb(n) ->> tg_argv[0])::uuid as owner from new_rows n
+                union all
+                select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid from old_rows o
+            ) c
+            where c.owner is not null);
     else
-        if tg_op = 'INSERT' then
-            perform ferry.send_cue(c.owner || v_suffix)
-                from (select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n) c
-                where c.owner is not null;
-        elsif tg_op = 'UPDATE' then
-            perform ferry.send_cue(c.owner || v_suffix)
-                from (
-                    select pg_catalog.to_jsonb(n) ->> tg_argv[0] as owner from new_rows n
-                    union all
-                    select pg_catalog.to_jsonb(o) ->> tg_argv[0] from old_rows o
-                ) c
-                where c.owner is not null;
-        else
-            perform ferry.send_cue(c.owner || v_suffix)
-                from (select pg_catalog.to_jsonb(o) ->> tg_argv[0] as owner from old_rows o where not o._deleted) c
-                where c.owner is not null;
-        end if;
+        v_owners := array(
+            select distinct c.owner
+            from (select (pg_catalog.to_jsonb(o) ->> tg_argv[0])::uuid as owner from old_rows o where not o._deleted) c
+            where c.owner is not null);
+    end if;
+    if coalesce(pg_catalog.cardinality(v_owners), 0) = 0 then
+        return null;
+    end if;
+
+    -- The notes, whatever ferry.skip_cues says: a pull must find the rows.
+    insert into ferry.changes (owner, changed_by, table_name)
+        select o, pg_catalog.pg_current_xact_id(), tg_table_name from pg_catalog.unnest(v_owners) o
+        on conflict do nothing;
+    if v_skip = 'on' or v_skip = tg_table_name then
+        return null;
+    end if;
+    -- The cues, one per owner ('*' for a shared table's every user).
+    v_suffix := ' ' || ferry.cue_device() || ' ' || tg_table_name;
+    if tg_nargs = 0 then
+        perform ferry.send_cue('*' || v_suffix);
+    else
+        perform ferry.send_cue(o::text || v_suffix) from pg_catalog.unnest(v_owners) o;
     end if;
     return null;
 end

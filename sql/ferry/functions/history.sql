@@ -177,9 +177,9 @@ $$;
 -- After a logical restore (ferry restore-finish): every row of every synced table whose
 -- _stamp this cluster's transaction counter has not passed gets this transaction's (so
 -- a first pull sees it at once; updated_at and cues are left alone), the WatermelonDB
--- timestamps, the changed-tables notes and the purge horizon of the old history go, and a new epoch begins in
--- this cluster and database, expiring every cursor made before. Returns how many rows
--- were restamped. Run it as the owner of the synced tables.
+-- timestamps, the changed-tables notes and the purge horizon of the old history go, and
+-- a new epoch begins in this cluster and database, expiring every cursor made before.
+-- Returns how many rows were restamped. Run it as the owner of the synced tables.
 create or replace function ferry.finish_restore() returns bigint
 language plpgsql set search_path = ''
 as $$
@@ -209,10 +209,9 @@ begin
     end loop;
     delete from ferry.watermelon_cursors;
     -- ferry.changes names the old history's transactions; the restamped rows are in none
-    -- of its rows. It is complete again from here (0016_changes.sql), for the cursors of
-    -- the new epoch, which all see this transaction.
+    -- of its rows. It is complete again from here (0016_changes.sql, changes_since below),
+    -- for the cursors of the new epoch, which all see this transaction.
     delete from ferry.changes;
-    update ferry.history set changes_since = pg_catalog.pg_current_xact_id();
     update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
     delete from ferry.timeline_ancestry;
     update ferry.history h set
@@ -222,7 +221,8 @@ begin
         timeline = ferry.current_timeline(),
         began_at_lsn = pg_catalog.pg_current_wal_insert_lsn(),
         began_on_timeline = ferry.current_timeline(),
-        began_at = pg_catalog.now();
+        began_at = pg_catalog.now(),
+        changes_since = pg_catalog.pg_current_xact_id();
     return v_total;
 end
 $$;
