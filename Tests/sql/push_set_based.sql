@@ -143,7 +143,39 @@ insert into floor_test.batches values
     -- An array, read by jsonb_populate_record.
     (8, $b${"mutations": [
         {"id": 80, "table": "floor_other", "op": "upsert", "row": {"id": 10, "tags": ["a", "b"]}},
-        {"id": 81, "table": "floor_other", "op": "upsert", "row": {"id": 11, "tags": []}}]}$b$);
+        {"id": 81, "table": "floor_other", "op": "upsert", "row": {"id": 11, "tags": []}}]}$b$),
+    -- The whole batch one run (push's one-pass check), the owner given in some rows and
+    -- updated_at in one, which the run's columns leave out.
+    (9, $b${"mutations": [
+        {"id": 90, "table": "floor_lww", "op": "upsert", "row": {"title": "w", "id": "w1"}},
+        {"id": 91, "table": "floor_lww", "op": "upsert", "row": {"id": "w2", "title": "w", "user_id": "@me"}},
+        {"id": 92, "table": "floor_lww", "op": "upsert", "row": {"id": "w3", "title": "w", "updated_at": "2000-01-01T00:00:00Z"}},
+        {"id": 93, "table": "floor_lww", "op": "upsert", "row": {"id": "w4", "title": "w", "user_id": null}}]}$b$),
+    -- Rows that are not objects, each rejected alone, before a run.
+    (10, $b${"mutations": [
+        {"id": 100, "table": "floor_lww", "op": "upsert", "row": 5},
+        {"id": 101, "table": "floor_lww", "op": "upsert", "row": "w"},
+        {"id": 102, "table": "floor_lww", "op": "upsert", "row": ["id", "w5"]},
+        {"id": 103, "table": "floor_lww", "op": "upsert", "row": {"id": "w6", "title": "x"}},
+        {"id": 104, "table": "floor_lww", "op": "upsert", "row": {"id": "w7", "title": "x"}}]}$b$),
+    -- Upserts of one table and columns whose ids go back: a run of the first two, a
+    -- duplicate, a run of one.
+    (11, $b${"mutations": [
+        {"id": 110, "table": "floor_lww", "op": "upsert", "row": {"id": "w8", "title": "y"}},
+        {"id": 112, "table": "floor_lww", "op": "upsert", "row": {"id": "w9", "title": "y"}},
+        {"id": 111, "table": "floor_lww", "op": "upsert", "row": {"id": "w10", "title": "y"}},
+        {"id": 113, "table": "floor_lww", "op": "upsert", "row": {"id": "w11", "title": "y"}}]}$b$),
+    -- Batch 9 retried: all duplicates, no run.
+    (12, $b${"mutations": [
+        {"id": 90, "table": "floor_lww", "op": "upsert", "row": {"title": "w", "id": "w1"}},
+        {"id": 91, "table": "floor_lww", "op": "upsert", "row": {"id": "w2", "title": "w", "user_id": "@me"}},
+        {"id": 92, "table": "floor_lww", "op": "upsert", "row": {"id": "w3", "title": "w", "updated_at": "2000-01-01T00:00:00Z"}},
+        {"id": 93, "table": "floor_lww", "op": "upsert", "row": {"id": "w4", "title": "w", "user_id": null}}]}$b$),
+    -- One run but for its last mutation, which names another owner.
+    (13, $b${"mutations": [
+        {"id": 130, "table": "floor_lww", "op": "upsert", "row": {"id": "w12", "title": "z"}},
+        {"id": 131, "table": "floor_lww", "op": "upsert", "row": {"id": "w13", "title": "z"}},
+        {"id": 132, "table": "floor_lww", "op": "upsert", "row": {"id": "w14", "title": "z", "user_id": "@other"}}]}$b$);
 
 -- One push of batch p_n by user p_letter (a or b) from device p_device, as a request
 -- makes it (the body as text, ferry.push_body); the answer.
@@ -212,7 +244,7 @@ insert into floor_test.answers
 select 'b', b.n, floor_test.push('b', 'loop', b.n), floor_test.rows('b'), floor_test.set_based_calls()
 from floor_test.batches b order by b.n;
 
-select plan(25);
+select plan(37);
 
 -- The loop's answers, as they are (their messages aside): so the comparison below is of
 -- what the loop answers, not of two equal mistakes.
@@ -244,11 +276,12 @@ select is((select a.rows from floor_test.answers a where a.letter = 'a' and a.n 
 -- transaction goes (a call that fails is not counted). Batch 1 is one run; batch 2 has
 -- eight runs of two or more, of which three write (positions 0-1, 3-4 and 27-28) and
 -- five fail and go through the loop; batches 3 and 4 have one each; batch 5's one run
--- fails on its string key, batch 6's on its long value; batches 7 and 8 have one each.
+-- fails on its string key, batch 6's on its long value; batches 7 to 11 and 13 have one
+-- each, batch 12 (all duplicates) none.
 select is((select pg_catalog.array_agg(a.calls order by a.n) from floor_test.answers a where a.letter = 'a'),
-    '{1,4,5,6,6,6,7,8}'::bigint[], 'A''s batches: the set-based statement wrote each run that it could');
+    '{1,4,5,6,6,6,7,8,9,10,11,11,12}'::bigint[], 'A''s batches: the set-based statement wrote each run that it could');
 select is((select pg_catalog.array_agg(a.calls order by a.n) from floor_test.answers a where a.letter = 'b'),
-    '{8,8,8,8,8,8,8,8}'::bigint[], 'B''s batches, every table with a trigger of its own: never');
+    '{12,12,12,12,12,12,12,12,12,12,12,12,12}'::bigint[], 'B''s batches, every table with a trigger of its own: never');
 select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*].status') from floor_test.answers a
         where a.letter = 'a' and a.n = 6),
     '["applied", "applied", "rejected", "applied"]'::jsonb, 'batch 6: the value too long rejected, the others applied');
@@ -262,6 +295,12 @@ select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*].stat
 select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*] ? (@.status == "rejected").code') from floor_test.answers a
         where a.letter = 'a' and a.n = 5),
     '["invalid_row"]'::jsonb, 'batch 5: invalid_row, as the loop answers it');
+select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*] ? (@.status == "rejected").code') from floor_test.answers a
+        where a.letter = 'a' and a.n = 10),
+    '["invalid_row", "invalid_row", "invalid_row"]'::jsonb, 'batch 10: a row that is not an object rejects its mutation alone');
+select is((select pg_catalog.jsonb_path_query_array(a.answer, '$.results[*].status') from floor_test.answers a
+        where a.letter = 'a' and a.n = 11),
+    '["applied", "applied", "duplicate", "applied"]'::jsonb, 'batch 11: an id that goes back is a duplicate');
 
 select * from finish();
 rollback;

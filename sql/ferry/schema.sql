@@ -2569,6 +2569,13 @@ declare
     v_ids jsonb;
     v_run jsonb;
     v_count integer;
+    v_first jsonb;
+    v_first_table jsonb;
+    v_first_given jsonb;
+    v_first_owner text;
+    v_first_keys text[];
+    v_run_columns text[];
+    v_whole_run boolean;
 begin
     v_list := case pg_catalog.jsonb_typeof(p_mutations)
         when 'array' then p_mutations when 'object' then p_mutations -> 'mutations' end;
@@ -2592,56 +2599,83 @@ begin
     -- The runs the set-based path writes (header), by the position of their first mutation:
     -- {"<first>": {"last": position, "table", "given": [columns]}}. The run's rows stay in
     -- the batch: ferry.upsert_rows reads them from it by position and writes the caller as
-    -- their owner, and checks their key columns' JSON types (registry.sql). Each step is a
-    -- materialized CTE, so that each value is computed once per mutation; no
-    -- set-returning function runs per mutation (each cost more than the rest of the row's
-    -- checks together).
-    with mutation as materialized (
-        select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name,
-            l.m ->> 'op' = 'upsert' and pg_catalog.jsonb_typeof(l.m -> 'table') = 'string'
-                and pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' as upsert,
-            (l.m -> 'row') - 'updated_at' as given_row,
-            pg_catalog.max((l.m ->> 'id')::bigint) over (order by l.o rows between unbounded preceding and 1 preceding)
-                as before
-        from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
-    ), writable as materialized (
-        -- The tables whose upserts one statement may write, once each.
-        select tt.key as name, tt.value ->> 'owner' as owner,
-            array(select pg_catalog.jsonb_object_keys(tt.value -> 'columns')) as columns
-        from pg_catalog.jsonb_each(v_tables) tt
-        where (tt.value ->> 'set_based')::boolean and not tt.value -> 'rules' -> 'table' ? 'refused'
-            and tt.value -> 'rules' -> 'upsert' ->> 'op' = 'upsert'
-            and tt.value -> 'rules' -> 'upsert' ->> 'live' = 'overwrite'
-            and not (tt.value -> 'rules' -> 'upsert' ->> 'held')::boolean
-    ), eligible as materialized (
-        -- New by its id, storable, the owner omitted or the caller's, every given column
-        -- writable (nothing left once they are removed); its columns but the owner (which
-        -- the statement writes anyway) as a JSON array, in jsonb's key order, so that one
-        -- set of columns is one array.
-        select m.position, m.name, pg_catalog.jsonb_path_query_array(m.given_row - t.owner, '$.keyvalue().key') as given
-        from mutation m
-        join writable t on t.name = m.name
-        where m.upsert and m.id > greatest(v_last, m.before)
-            and (p_unstorable is null or not p_unstorable ? m.position::text)
-            and coalesce(pg_catalog.jsonb_typeof(m.given_row -> t.owner), 'null') in ('null', 'string')
-            and coalesce(m.given_row ->> t.owner, v_user::text) = v_user::text
-            and m.given_row - t.columns = '{}'::jsonb
-    )
-    select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object('last', r.last, 'table', r.name, 'given', r.given))
-        into v_runs
-        from (
-            select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given
+    -- their owner, and checks their key columns' JSON types (registry.sql).
+    --
+    -- The common batch is one run: every mutation an eligible upsert of the first one's
+    -- table giving the first one's columns (with the owner or without), ids increasing.
+    -- One pass over the batch, with no sort, says so. It may pass a batch over (an owner
+    -- column named updated_at), never take one the query below would not answer alike.
+    v_count := pg_catalog.jsonb_array_length(v_list);
+    v_first := v_list -> 0;
+    v_first_table := case when pg_catalog.jsonb_typeof(v_first -> 'table') = 'string' then v_tables -> (v_first ->> 'table') end;
+    if v_count > 1 and p_unstorable is null and pg_catalog.jsonb_typeof(v_first -> 'row') = 'object'
+        and ferry.writes_set_based(v_first_table)
+    then
+        v_first_owner := v_first_table ->> 'owner';
+        v_first_given := pg_catalog.jsonb_path_query_array((v_first -> 'row') - 'updated_at' - v_first_owner, '$.keyvalue().key');
+        v_first_keys := array(select pg_catalog.jsonb_array_elements_text(v_first_given));
+        -- What a row of the run may hold: the first one's columns, the owner and updated_at.
+        v_run_columns := v_first_keys || array[v_first_owner, 'updated_at'];
+        if array(select pg_catalog.jsonb_object_keys(v_first_table -> 'columns')) @> (v_first_keys || v_first_owner) then
+            -- (Left to right: each test runs only when those before it held.)
+            select pg_catalog.bool_and(
+                    l.m ->> 'op' = 'upsert' and l.m -> 'table' = v_first -> 'table'
+                    and (l.m ->> 'id')::bigint > case when l.o = 1 then v_last else (v_list -> (l.o::integer - 2) ->> 'id')::bigint end
+                    and pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' and l.m -> 'row' ?& v_first_keys
+                    and ferry.writes_row_set_based(l.m -> 'row', v_first_owner, v_run_columns, v_user))
+                into v_whole_run
+                from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o);
+        end if;
+        if v_whole_run then
+            v_runs := pg_catalog.jsonb_build_object('0', pg_catalog.jsonb_build_object(
+                'last', v_count - 1, 'table', v_first ->> 'table', 'given', v_first_given));
+        end if;
+    end if;
+
+    -- Any batch: each step is a materialized CTE, so that each value is computed once per
+    -- mutation; no set-returning function runs per mutation (each cost more than the rest
+    -- of the row's checks together).
+    if not coalesce(v_whole_run, false) then
+        with mutation as materialized (
+            select l.o - 1 as position, (l.m ->> 'id')::bigint as id, l.m ->> 'table' as name,
+                l.m ->> 'op' = 'upsert' and pg_catalog.jsonb_typeof(l.m -> 'table') = 'string'
+                    and pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' as upsert,
+                case when pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' then (l.m -> 'row') - 'updated_at' end as given_row,
+                pg_catalog.max((l.m ->> 'id')::bigint) over (order by l.o rows between unbounded preceding and 1 preceding)
+                    as before
+            from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
+        ), writable as materialized (
+            -- The tables whose upserts one statement may write, once each.
+            select tt.key as name, tt.value ->> 'owner' as owner,
+                array(select pg_catalog.jsonb_object_keys(tt.value -> 'columns')) as columns
+            from pg_catalog.jsonb_each(v_tables) tt
+            where ferry.writes_set_based(tt.value)
+        ), eligible as materialized (
+            -- New by its id, storable, its row one the statement may write; its columns but
+            -- the owner (which the statement writes anyway) as a JSON array, in jsonb's key
+            -- order, so that one set of columns is one array.
+            select m.position, m.name, pg_catalog.jsonb_path_query_array(m.given_row - t.owner, '$.keyvalue().key') as given
+            from mutation m
+            join writable t on t.name = m.name
+            where m.upsert and m.id > greatest(v_last, m.before)
+                and (p_unstorable is null or not p_unstorable ? m.position::text)
+                and ferry.writes_row_set_based(m.given_row, t.owner, t.columns, v_user)
+        )
+        select pg_catalog.jsonb_object_agg(r.first, pg_catalog.jsonb_build_object('last', r.last, 'table', r.name, 'given', r.given))
+            into v_runs
             from (
-                -- Consecutive positions of one table and one set of columns share an island.
-                select e.*, e.position - pg_catalog.row_number() over (partition by e.name, e.given order by e.position) as island
-                from eligible e
-            ) e
-            group by e.name, e.given, e.island
-            having pg_catalog.count(*) > 1
-        ) r;
+                select pg_catalog.min(e.position) as first, pg_catalog.max(e.position) as last, e.name, e.given
+                from (
+                    -- Consecutive positions of one table and one set of columns share an island.
+                    select e.*, e.position - pg_catalog.row_number() over (partition by e.name, e.given order by e.position) as island
+                    from eligible e
+                ) e
+                group by e.name, e.given, e.island
+                having pg_catalog.count(*) > 1
+            ) r;
+    end if;
 
     -- Mutation by mutation, by position (a run the set-based path wrote is passed over whole).
-    v_count := pg_catalog.jsonb_array_length(v_list);
     v_position := -1;
     loop
         v_position := v_position + 1;
@@ -5503,6 +5537,33 @@ COMMENT ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) I
 
 
 --
+-- Name: writes_row_set_based(jsonb, text, text[], uuid); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.writes_row_set_based(p_row jsonb, p_owner text, p_columns text[], p_user uuid) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    select coalesce(pg_catalog.jsonb_typeof(p_row -> p_owner), 'null') in ('null', 'string')
+        and coalesce(p_row ->> p_owner, p_user::text) = p_user::text
+        and p_row - p_columns = '{}'::jsonb
+$$;
+
+
+--
+-- Name: writes_set_based(jsonb); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.writes_set_based(p_table jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    select (p_table ->> 'set_based')::boolean and not p_table -> 'rules' -> 'table' ? 'refused'
+        and p_table -> 'rules' -> 'upsert' ->> 'op' = 'upsert'
+        and p_table -> 'rules' -> 'upsert' ->> 'live' = 'overwrite'
+        and not (p_table -> 'rules' -> 'upsert' ->> 'held')::boolean
+$$;
+
+
+--
 -- Name: account_codes; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -7132,6 +7193,22 @@ GRANT ALL ON FUNCTION ferry.watermelon_write(p_table regclass, p_strategy text, 
 
 REVOKE ALL ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.write_rule(p_strategy text, p_op text, p_table name) TO ferry_client;
+
+
+--
+-- Name: FUNCTION writes_row_set_based(p_row jsonb, p_owner text, p_columns text[], p_user uuid); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.writes_row_set_based(p_row jsonb, p_owner text, p_columns text[], p_user uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.writes_row_set_based(p_row jsonb, p_owner text, p_columns text[], p_user uuid) TO ferry_client;
+
+
+--
+-- Name: FUNCTION writes_set_based(p_table jsonb); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.writes_set_based(p_table jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ferry.writes_set_based(p_table jsonb) TO ferry_client;
 
 
 --
