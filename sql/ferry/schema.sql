@@ -710,6 +710,11 @@ begin
     -- of its rows. It is complete again from here (0016_changes.sql, changes_since below),
     -- for the cursors of the new epoch, which all see this transaction.
     delete from ferry.changes;
+    -- ferry.catalog_changes names the old history's transactions too, some perhaps above
+    -- this cluster's counter, which would leave every push's cache stale until it passed
+    -- them; this transaction's own note outdates any answer a session kept before it.
+    delete from ferry.catalog_changes;
+    perform ferry.note_catalog_change();
     update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
     delete from ferry.timeline_ancestry;
     update ferry.history h set
@@ -1941,6 +1946,93 @@ $$;
 
 
 --
+-- Name: note_catalog_change(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.note_catalog_change() RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+    insert into ferry.catalog_changes default values on conflict do nothing;
+$$;
+
+
+--
+-- Name: FUNCTION note_catalog_change(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.note_catalog_change() IS 'Notes the calling transaction in ferry.catalog_changes (once): what push caches about the synced tables may have changed';
+
+
+--
+-- Name: note_ddl(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.note_ddl() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    if exists (
+        select from pg_catalog.pg_event_trigger_ddl_commands() c
+        where c.schema_name = 'ferry'
+            or (c.classid = 'pg_catalog.pg_type'::regclass and c.schema_name is distinct from 'pg_temp')
+            or case c.classid
+                when 'pg_catalog.pg_class'::regclass then coalesce(
+                    (select i.indrelid from pg_catalog.pg_index i where i.indexrelid = c.objid), c.objid)
+                when 'pg_catalog.pg_trigger'::regclass then (select t.tgrelid from pg_catalog.pg_trigger t where t.oid = c.objid)
+                when 'pg_catalog.pg_policy'::regclass then (select p.polrelid from pg_catalog.pg_policy p where p.oid = c.objid)
+                when 'pg_catalog.pg_attrdef'::regclass then (select d.adrelid from pg_catalog.pg_attrdef d where d.oid = c.objid)
+                when 'pg_catalog.pg_constraint'::regclass then
+                    (select k.conrelid from pg_catalog.pg_constraint k where k.oid = c.objid)
+                when 'pg_catalog.pg_rewrite'::regclass then (select w.ev_class from pg_catalog.pg_rewrite w where w.oid = c.objid)
+            end in (select s.table_name::oid from ferry.synced_tables s)
+    ) then
+        perform ferry.note_catalog_change();
+    end if;
+end
+$$;
+
+
+--
+-- Name: FUNCTION note_ddl(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.note_ddl() IS 'The event trigger ferry_note_ddl (ddl_command_end): notes DDL on a synced table or what hangs off it, on a type, or in schema ferry, in ferry.catalog_changes';
+
+
+--
+-- Name: note_drop(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.note_drop() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    if exists (
+        select from pg_catalog.pg_event_trigger_dropped_objects() o
+        where not o.is_temporary
+            and (o.schema_name = 'ferry' or o.object_type in ('index', 'type', 'domain')
+                or o.objid in (select s.table_name::oid from ferry.synced_tables s)
+                or (o.object_type in ('table column', 'default value', 'trigger', 'policy', 'rule', 'table constraint')
+                    and pg_catalog.to_regclass(pg_catalog.format('%I.%I', o.address_names[1], o.address_names[2]))::oid
+                        in (select s.table_name::oid from ferry.synced_tables s)))
+    ) then
+        perform ferry.note_catalog_change();
+    end if;
+end
+$$;
+
+
+--
+-- Name: FUNCTION note_drop(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.note_drop() IS 'The event trigger ferry_note_drop (sql_drop): notes dropping what hangs off a synced table, an index, a type, or anything in schema ferry, in ferry.catalog_changes';
+
+
+--
 -- Name: note_history(); Type: FUNCTION; Schema: ferry; Owner: -
 --
 
@@ -1989,6 +2081,28 @@ $$;
 --
 
 COMMENT ON FUNCTION ferry.note_history() IS 'Notes the database''s history before serving: ''restored'' after a logical restore (run ferry restore-finish), else ''current'', recording a new timeline''s ancestry.';
+
+
+--
+-- Name: note_registry_change(); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.note_registry_change() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO ''
+    AS $$
+begin
+    perform ferry.note_catalog_change();
+    return null;
+end
+$$;
+
+
+--
+-- Name: FUNCTION note_registry_change(); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.note_registry_change() IS 'The statement trigger ferry_note_change of ferry.synced_tables: notes the change in ferry.catalog_changes';
 
 
 --
@@ -2996,45 +3110,91 @@ CREATE FUNCTION ferry.push_tables(p_list jsonb) RETURNS jsonb
     LANGUAGE plpgsql
     AS $_$
 declare
-    v_tables jsonb := '{}'::jsonb;
-    v_fingerprints jsonb := '{}'::jsonb;
+    v_noting text;
+    v_since pg_snapshot;
+    v_reader xid8;
+    v_tables jsonb;
+    v_stale text[];
+    v_valid_for jsonb := '{}'::jsonb;
     v_table record;
     v_cached text;
     v_read jsonb;
     v_entry record;
 begin
-    for v_table in
-        select c.oid, c.relname, pg_catalog.concat_ws(' ', s.xmin, s.ctid, c.xmin, c.ctid,
-                (select pg_catalog.string_agg(a.xmin::text || a.ctid::text || coalesce((
-                        select y.xmin::text || y.ctid::text from pg_catalog.pg_type y where y.oid = a.atttypid), ''),
-                        ',' order by a.attnum)
-                    from pg_catalog.pg_attribute a where a.attrelid = c.oid and a.attnum > 0),
-                (select pg_catalog.string_agg(d.xmin::text || d.ctid::text, ',' order by d.oid) from pg_catalog.pg_attrdef d where d.adrelid = c.oid),
-                (select pg_catalog.string_agg(g.xmin::text || g.ctid::text, ',' order by g.oid) from pg_catalog.pg_trigger g where g.tgrelid = c.oid),
-                (select pg_catalog.string_agg(y.xmin::text || y.ctid::text, ',' order by y.oid) from pg_catalog.pg_policy y where y.polrelid = c.oid),
-                (select pg_catalog.string_agg(i.xmin::text || i.ctid::text, ',' order by i.indexrelid) from pg_catalog.pg_index i where i.indrelid = c.oid),
-                (select pg_catalog.string_agg(f.xmin::text || f.ctid::text, ',' order by f.oid) from pg_catalog.pg_proc f
-                    where f.oid = any (array['ferry.push_tables(jsonb)'::regprocedure, 'ferry.write_rule(text, text, name)'::regprocedure,
-                        'ferry.upsert_shape(regclass)'::regprocedure, 'ferry.key_json_type(oid)'::regprocedure,
-                        'ferry.primary_key(regclass)'::regprocedure, 'ferry.unwritable_columns()'::regprocedure]::oid[])))
-                as fingerprint
-        from ferry.synced_tables s
-        -- By the table's oid (offset 0 keeps the planner from hashing a scan of pg_class).
-        cross join lateral (
-            select c.oid, c.relname, c.xmin, c.ctid from pg_catalog.pg_class c where c.oid = s.table_name offset 0
-        ) c
-        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(p_list) m)
-    loop
-        v_cached := pg_catalog.current_setting('ferry.push_table_' || v_table.oid, true);
-        if pg_catalog.split_part(v_cached, E'\n', 1) = v_table.fingerprint then
-            v_tables := v_tables || pg_catalog.jsonb_build_object(v_table.relname,
-                pg_catalog.substr(v_cached, pg_catalog.strpos(v_cached, E'\n') + 1)::jsonb);
-        else
-            v_fingerprints := v_fingerprints || pg_catalog.jsonb_build_object(v_table.relname, v_table.fingerprint);
+    -- Whether Ferry's event triggers note every change (both there, enabled ALWAYS), as
+    -- their row versions; null when they do not.
+    select pg_catalog.string_agg(e.xmin::text || e.ctid::text, ' ' order by e.evtname) into v_noting
+        from pg_catalog.pg_event_trigger e
+        where e.evtname in ('ferry_note_ddl', 'ferry_note_drop') and e.evtenabled = 'A'
+        having pg_catalog.count(*) = 2;
+    if v_noting is not null then
+        -- The named tables' cached answers that no noted change has outdated, and the
+        -- names without one (not synced tables among them: the query below skips those).
+        select pg_catalog.jsonb_object_agg(n.name, pg_catalog.split_part(c.cached, E'\n', 3)::jsonb) filter (where c.fresh),
+                pg_catalog.array_agg(n.name) filter (where not c.fresh)
+            into v_tables, v_stale
+            from (select distinct m ->> 'table' as name from pg_catalog.jsonb_array_elements(p_list) m) n
+            cross join lateral pg_catalog.current_setting('ferry.push_table_' || pg_catalog.md5(n.name), true) v(cached)
+            -- When it was read under these triggers: the snapshot its answer was read after,
+            -- and the transaction that read it, if it had an id then.
+            cross join lateral (
+                select case when pg_catalog.split_part(v.cached, E'\n', 1) = 'noted ' || v_noting
+                        then pg_catalog.split_part(pg_catalog.split_part(v.cached, E'\n', 2), ' ', 1)::pg_snapshot end as since,
+                    nullif(pg_catalog.split_part(pg_catalog.split_part(v.cached, E'\n', 2), ' ', 2), '')::xid8 as reader
+            ) t
+            -- Fresh while no noted change is invisible in that snapshot, and the reading
+            -- transaction noted none (its own changes count as seen in its snapshot, but it
+            -- may have made some after reading, or before, and be making more).
+            cross join lateral (
+                select v.cached, t.since is not null
+                    and not exists (
+                        select from ferry.catalog_changes x
+                        where x.changed_by >= pg_catalog.pg_snapshot_xmin(t.since)
+                            and not pg_catalog.pg_visible_in_snapshot(x.changed_by, t.since))
+                    and not exists (select from ferry.catalog_changes x where x.changed_by = t.reader) as fresh
+            ) c
+            where n.name is not null;
+        if v_stale is null then
+            return coalesce(v_tables, '{}'::jsonb);
         end if;
-    end loop;
-    if v_fingerprints = '{}'::jsonb then
-        return v_tables;
+        -- Taken before the catalog is read, so the answers are at least this new.
+        v_since := pg_catalog.pg_current_snapshot();
+        v_reader := pg_catalog.pg_current_xact_id_if_assigned();
+    else
+        v_tables := '{}'::jsonb;
+        for v_table in
+            select c.oid, c.relname, pg_catalog.concat_ws(' ', s.xmin, s.ctid, c.xmin, c.ctid,
+                    (select pg_catalog.string_agg(a.xmin::text || a.ctid::text || coalesce((
+                            select y.xmin::text || y.ctid::text from pg_catalog.pg_type y where y.oid = a.atttypid), ''),
+                            ',' order by a.attnum)
+                        from pg_catalog.pg_attribute a where a.attrelid = c.oid and a.attnum > 0),
+                    (select pg_catalog.string_agg(d.xmin::text || d.ctid::text, ',' order by d.oid) from pg_catalog.pg_attrdef d where d.adrelid = c.oid),
+                    (select pg_catalog.string_agg(g.xmin::text || g.ctid::text, ',' order by g.oid) from pg_catalog.pg_trigger g where g.tgrelid = c.oid),
+                    (select pg_catalog.string_agg(y.xmin::text || y.ctid::text, ',' order by y.oid) from pg_catalog.pg_policy y where y.polrelid = c.oid),
+                    (select pg_catalog.string_agg(i.xmin::text || i.ctid::text, ',' order by i.indexrelid) from pg_catalog.pg_index i where i.indrelid = c.oid),
+                    (select pg_catalog.string_agg(f.xmin::text || f.ctid::text, ',' order by f.oid) from pg_catalog.pg_proc f
+                        where f.oid = any (array['ferry.push_tables(jsonb)'::regprocedure, 'ferry.write_rule(text, text, name)'::regprocedure,
+                            'ferry.upsert_shape(regclass)'::regprocedure, 'ferry.key_json_type(oid)'::regprocedure,
+                            'ferry.primary_key(regclass)'::regprocedure, 'ferry.unwritable_columns()'::regprocedure]::oid[])))
+                    as fingerprint
+            from ferry.synced_tables s
+            -- By the table's oid (offset 0 keeps the planner from hashing a scan of pg_class).
+            cross join lateral (
+                select c.oid, c.relname, c.xmin, c.ctid from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+            ) c
+            where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(p_list) m)
+        loop
+            v_cached := pg_catalog.current_setting('ferry.push_table_' || pg_catalog.md5(v_table.relname), true);
+            if pg_catalog.split_part(v_cached, E'\n', 1) = v_table.fingerprint then
+                v_tables := v_tables || pg_catalog.jsonb_build_object(v_table.relname, pg_catalog.split_part(v_cached, E'\n', 3)::jsonb);
+            else
+                v_valid_for := v_valid_for || pg_catalog.jsonb_build_object(v_table.relname, v_table.fingerprint);
+            end if;
+        end loop;
+        if v_valid_for = '{}'::jsonb then
+            return v_tables;
+        end if;
+        v_stale := array(select pg_catalog.jsonb_object_keys(v_valid_for));
     end if;
 
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
@@ -3086,12 +3246,14 @@ begin
                     where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
                 ) as ok
         ) sb
-        where c.relname in (select pg_catalog.jsonb_object_keys(v_fingerprints));
+        where c.relname = any (v_stale);
     for v_entry in select e.key, e.value from pg_catalog.jsonb_each(v_read) e loop
-        perform pg_catalog.set_config('ferry.push_table_' || (v_entry.value ->> 'oid'),
-            (v_fingerprints ->> v_entry.key) || E'\n' || v_entry.value::text, false);
+        perform pg_catalog.set_config('ferry.push_table_' || pg_catalog.md5(v_entry.key),
+            coalesce('noted ' || v_noting || E'\n' || v_since::text || ' ' || coalesce(v_reader::text, ''),
+                (v_valid_for ->> v_entry.key) || E'\n')
+                || E'\n' || v_entry.value::text, false);
     end loop;
-    return v_tables || coalesce(v_read, '{}'::jsonb);
+    return coalesce(v_tables, '{}'::jsonb) || coalesce(v_read, '{}'::jsonb);
 end
 $_$;
 
@@ -3100,7 +3262,7 @@ $_$;
 -- Name: FUNCTION push_tables(p_list jsonb); Type: COMMENT; Schema: ferry; Owner: -
 --
 
-COMMENT ON FUNCTION ferry.push_tables(p_list jsonb) IS 'What push needs about each synced table a batch names (owner, key, writable columns, shape, set_based, rules), by name: from the catalog, or this session''s cache of it while the catalog rows it was read from are unchanged';
+COMMENT ON FUNCTION ferry.push_tables(p_list jsonb) IS 'What push needs about each synced table a batch names (owner, key, writable columns, shape, set_based, rules), by name: from the catalog, or this session''s cache of it while no change it depends on was noted (or, without Ferry''s event triggers, while the catalog rows it was read from are unchanged)';
 
 
 --
@@ -5579,6 +5741,22 @@ CREATE TABLE ferry.account_codes (
 
 
 --
+-- Name: catalog_changes; Type: TABLE; Schema: ferry; Owner: -
+--
+
+CREATE TABLE ferry.catalog_changes (
+    changed_by xid8 DEFAULT pg_current_xact_id() NOT NULL
+);
+
+
+--
+-- Name: TABLE catalog_changes; Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON TABLE ferry.catalog_changes IS 'The transactions that changed the synced tables'' definitions, the registry, a type or Ferry''s schema: written by Ferry''s event triggers and the registry''s statement trigger, read by ferry.push_tables to know when its session cache is stale.';
+
+
+--
 -- Name: changes; Type: TABLE; Schema: ferry; Owner: -
 --
 
@@ -5929,6 +6107,14 @@ ALTER TABLE ONLY ferry.account_codes
 
 
 --
+-- Name: catalog_changes catalog_changes_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
+--
+
+ALTER TABLE ONLY ferry.catalog_changes
+    ADD CONSTRAINT catalog_changes_pkey PRIMARY KEY (changed_by);
+
+
+--
 -- Name: changes changes_pkey; Type: CONSTRAINT; Schema: ferry; Owner: -
 --
 
@@ -6146,6 +6332,13 @@ CREATE UNIQUE INDEX users_confirmed_email_key ON ferry.users USING btree (lower(
 --
 
 CREATE INDEX users_email ON ferry.users USING btree (lower(email)) WHERE (email IS NOT NULL);
+
+
+--
+-- Name: synced_tables ferry_note_change; Type: TRIGGER; Schema: ferry; Owner: -
+--
+
+CREATE TRIGGER ferry_note_change AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON ferry.synced_tables FOR EACH STATEMENT EXECUTE FUNCTION ferry.note_registry_change();
 
 
 --
@@ -6624,11 +6817,39 @@ REVOKE ALL ON FUNCTION ferry.new_user_id() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION note_catalog_change(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.note_catalog_change() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION note_ddl(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.note_ddl() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION note_drop(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.note_drop() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION note_history(); Type: ACL; Schema: ferry; Owner: -
 --
 
 REVOKE ALL ON FUNCTION ferry.note_history() FROM PUBLIC;
 GRANT ALL ON FUNCTION ferry.note_history() TO ferry_gateway;
+
+
+--
+-- Name: FUNCTION note_registry_change(); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.note_registry_change() FROM PUBLIC;
 
 
 --
@@ -7212,6 +7433,13 @@ GRANT ALL ON FUNCTION ferry.writes_set_based(p_table jsonb) TO ferry_client;
 
 
 --
+-- Name: TABLE catalog_changes; Type: ACL; Schema: ferry; Owner: -
+--
+
+GRANT SELECT ON TABLE ferry.catalog_changes TO ferry_client;
+
+
+--
 -- Name: TABLE changes; Type: ACL; Schema: ferry; Owner: -
 --
 
@@ -7266,3 +7494,23 @@ GRANT SELECT ON TABLE ferry.synced_tables TO ferry_client;
 --
 
 GRANT SELECT ON TABLE ferry.timeline_ancestry TO ferry_client;
+
+
+--
+-- Name: ferry_note_ddl; Type: EVENT TRIGGER; Schema: -; Owner: -
+--
+
+CREATE EVENT TRIGGER ferry_note_ddl ON ddl_command_end
+   EXECUTE FUNCTION ferry.note_ddl();
+
+ALTER EVENT TRIGGER ferry_note_ddl ENABLE ALWAYS;
+
+
+--
+-- Name: ferry_note_drop; Type: EVENT TRIGGER; Schema: -; Owner: -
+--
+
+CREATE EVENT TRIGGER ferry_note_drop ON sql_drop
+   EXECUTE FUNCTION ferry.note_drop();
+
+ALTER EVENT TRIGGER ferry_note_drop ENABLE ALWAYS;

@@ -53,7 +53,10 @@ import Testing
             let before = try await generatedCode(database)
             #expect(
                 before.count == 12, "7 readers, dispatcher, candidates, steady pull, upserts: \(before.map { $0[0] })")
-            let triggers = "select count(*) from pg_trigger where tgname like 'ferry\\_%' and not tgisinternal"
+            let triggers = """
+                select count(*) from pg_trigger
+                where tgname like 'ferry\\_%' and not tgisinternal and tgrelid in (select table_name from ferry.synced_tables)
+                """
             let triggerCount = try await database.value(triggers)
             #expect(triggerCount == "42", "6 per registered table")
 

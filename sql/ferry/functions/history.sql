@@ -177,8 +177,9 @@ $$;
 -- After a logical restore (ferry restore-finish): every row of every synced table whose
 -- _stamp this cluster's transaction counter has not passed gets this transaction's (so
 -- a first pull sees it at once; updated_at and cues are left alone), the WatermelonDB
--- timestamps, the changed-tables notes and the purge horizon of the old history go, and
--- a new epoch begins in this cluster and database, expiring every cursor made before.
+-- timestamps, the changed-tables and catalog-change notes and the purge horizon of the
+-- old history go, and a new epoch begins in this cluster and database, expiring every
+-- cursor made before.
 -- Returns how many rows were restamped. Run it as the owner of the synced tables.
 create or replace function ferry.finish_restore() returns bigint
 language plpgsql set search_path = ''
@@ -212,6 +213,11 @@ begin
     -- of its rows. It is complete again from here (0016_changes.sql, changes_since below),
     -- for the cursors of the new epoch, which all see this transaction.
     delete from ferry.changes;
+    -- ferry.catalog_changes names the old history's transactions too, some perhaps above
+    -- this cluster's counter, which would leave every push's cache stale until it passed
+    -- them; this transaction's own note outdates any answer a session kept before it.
+    delete from ferry.catalog_changes;
+    perform ferry.note_catalog_change();
     update ferry.purge_horizon set purged_through = '0', purge_xid = null, purged_at = null;
     delete from ferry.timeline_ancestry;
     update ferry.history h set

@@ -88,58 +88,117 @@ $$;
 -- client may write, the static upsert's shape, set_based, and what each op does under
 -- the table's strategy (ferry.write_rule, strategies.sql)}}.
 --
--- Read from the catalog once per session and table, then from the session's cache (a
--- setting, ferry.push_table_<oid>, holding the answer after its fingerprint): the
--- catalog query costs a push of 50 mutations about a fifth of its time. The fingerprint
--- is the list of the catalog row versions the answer is read from, each by its xmin and
--- ctid, which every change of a row replaces (even within one transaction): the table's registry row and pg_class row, its columns (with
--- their types, for a domain's default) and defaults, triggers, policies and indexes, and
--- the functions that compute the answer. Any DDL that could change the answer changes it,
--- so a table altered without being registered again is read afresh, as before. A setting
--- made in a transaction that rolls back is undone with it.
+-- Read from the catalog once per session and table, then from the session's cache: a
+-- setting, ferry.push_table_<md5 of the name>, holding three lines, what the answer is
+-- valid for, when it was read, and the answer (a setting made in a transaction that rolls
+-- back is undone with it). The catalog query costs a push of 50 mutations about a fifth of its
+-- time; the check that the cache is still right is all a push pays, so it must be cheap
+-- and exact. Two ways, by what the migration could install:
+-- - Noted changes (functions/catalog_changes.sql): Ferry's two event triggers note in
+--   ferry.catalog_changes every transaction whose DDL could change an answer, and the
+--   registry's trigger every change to it. While both triggers are there and enabled
+--   ALWAYS (their row versions are part of what an answer is valid for, so disabling one
+--   for a while is seen), an answer is right while no noted change is invisible in the
+--   snapshot taken before it was read, and the transaction that read it noted none (its
+--   own are visible in its snapshot, made before or after the read): two index lookups
+--   over the newest notes, and three relation locks instead of thirteen, which also
+--   leaves PostgreSQL's sixteen fast-path lock slots to the push's own tables.
+-- - The fingerprint, when a superuser did not install the event triggers: the list of
+--   the catalog row versions the answer is read from, each by its xmin and ctid, which
+--   every change of a row replaces (even within one transaction): the table's registry
+--   row and pg_class row, its columns (with their types, for a domain's default) and
+--   defaults, triggers, policies and indexes, and the functions that compute the answer.
+-- Either way any DDL that could change the answer is seen, so a table altered without
+-- being registered again is read afresh, as before.
 create or replace function ferry.push_tables(p_list jsonb) returns jsonb
 language plpgsql
 as $$
 declare
-    v_tables jsonb := '{}'::jsonb;
-    v_fingerprints jsonb := '{}'::jsonb;
+    v_noting text;
+    v_since pg_snapshot;
+    v_reader xid8;
+    v_tables jsonb;
+    v_stale text[];
+    v_valid_for jsonb := '{}'::jsonb;
     v_table record;
     v_cached text;
     v_read jsonb;
     v_entry record;
 begin
-    for v_table in
-        select c.oid, c.relname, pg_catalog.concat_ws(' ', s.xmin, s.ctid, c.xmin, c.ctid,
-                (select pg_catalog.string_agg(a.xmin::text || a.ctid::text || coalesce((
-                        select y.xmin::text || y.ctid::text from pg_catalog.pg_type y where y.oid = a.atttypid), ''),
-                        ',' order by a.attnum)
-                    from pg_catalog.pg_attribute a where a.attrelid = c.oid and a.attnum > 0),
-                (select pg_catalog.string_agg(d.xmin::text || d.ctid::text, ',' order by d.oid) from pg_catalog.pg_attrdef d where d.adrelid = c.oid),
-                (select pg_catalog.string_agg(g.xmin::text || g.ctid::text, ',' order by g.oid) from pg_catalog.pg_trigger g where g.tgrelid = c.oid),
-                (select pg_catalog.string_agg(y.xmin::text || y.ctid::text, ',' order by y.oid) from pg_catalog.pg_policy y where y.polrelid = c.oid),
-                (select pg_catalog.string_agg(i.xmin::text || i.ctid::text, ',' order by i.indexrelid) from pg_catalog.pg_index i where i.indrelid = c.oid),
-                (select pg_catalog.string_agg(f.xmin::text || f.ctid::text, ',' order by f.oid) from pg_catalog.pg_proc f
-                    where f.oid = any (array['ferry.push_tables(jsonb)'::regprocedure, 'ferry.write_rule(text, text, name)'::regprocedure,
-                        'ferry.upsert_shape(regclass)'::regprocedure, 'ferry.key_json_type(oid)'::regprocedure,
-                        'ferry.primary_key(regclass)'::regprocedure, 'ferry.unwritable_columns()'::regprocedure]::oid[])))
-                as fingerprint
-        from ferry.synced_tables s
-        -- By the table's oid (offset 0 keeps the planner from hashing a scan of pg_class).
-        cross join lateral (
-            select c.oid, c.relname, c.xmin, c.ctid from pg_catalog.pg_class c where c.oid = s.table_name offset 0
-        ) c
-        where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(p_list) m)
-    loop
-        v_cached := pg_catalog.current_setting('ferry.push_table_' || v_table.oid, true);
-        if pg_catalog.split_part(v_cached, E'\n', 1) = v_table.fingerprint then
-            v_tables := v_tables || pg_catalog.jsonb_build_object(v_table.relname,
-                pg_catalog.substr(v_cached, pg_catalog.strpos(v_cached, E'\n') + 1)::jsonb);
-        else
-            v_fingerprints := v_fingerprints || pg_catalog.jsonb_build_object(v_table.relname, v_table.fingerprint);
+    -- Whether Ferry's event triggers note every change (both there, enabled ALWAYS), as
+    -- their row versions; null when they do not.
+    select pg_catalog.string_agg(e.xmin::text || e.ctid::text, ' ' order by e.evtname) into v_noting
+        from pg_catalog.pg_event_trigger e
+        where e.evtname in ('ferry_note_ddl', 'ferry_note_drop') and e.evtenabled = 'A'
+        having pg_catalog.count(*) = 2;
+    if v_noting is not null then
+        -- The named tables' cached answers that no noted change has outdated, and the
+        -- names without one (not synced tables among them: the query below skips those).
+        select pg_catalog.jsonb_object_agg(n.name, pg_catalog.split_part(c.cached, E'\n', 3)::jsonb) filter (where c.fresh),
+                pg_catalog.array_agg(n.name) filter (where not c.fresh)
+            into v_tables, v_stale
+            from (select distinct m ->> 'table' as name from pg_catalog.jsonb_array_elements(p_list) m) n
+            cross join lateral pg_catalog.current_setting('ferry.push_table_' || pg_catalog.md5(n.name), true) v(cached)
+            -- When it was read under these triggers: the snapshot its answer was read after,
+            -- and the transaction that read it, if it had an id then.
+            cross join lateral (
+                select case when pg_catalog.split_part(v.cached, E'\n', 1) = 'noted ' || v_noting
+                        then pg_catalog.split_part(pg_catalog.split_part(v.cached, E'\n', 2), ' ', 1)::pg_snapshot end as since,
+                    nullif(pg_catalog.split_part(pg_catalog.split_part(v.cached, E'\n', 2), ' ', 2), '')::xid8 as reader
+            ) t
+            -- Fresh while no noted change is invisible in that snapshot, and the reading
+            -- transaction noted none (its own changes count as seen in its snapshot, but it
+            -- may have made some after reading, or before, and be making more).
+            cross join lateral (
+                select v.cached, t.since is not null
+                    and not exists (
+                        select from ferry.catalog_changes x
+                        where x.changed_by >= pg_catalog.pg_snapshot_xmin(t.since)
+                            and not pg_catalog.pg_visible_in_snapshot(x.changed_by, t.since))
+                    and not exists (select from ferry.catalog_changes x where x.changed_by = t.reader) as fresh
+            ) c
+            where n.name is not null;
+        if v_stale is null then
+            return coalesce(v_tables, '{}'::jsonb);
         end if;
-    end loop;
-    if v_fingerprints = '{}'::jsonb then
-        return v_tables;
+        -- Taken before the catalog is read, so the answers are at least this new.
+        v_since := pg_catalog.pg_current_snapshot();
+        v_reader := pg_catalog.pg_current_xact_id_if_assigned();
+    else
+        v_tables := '{}'::jsonb;
+        for v_table in
+            select c.oid, c.relname, pg_catalog.concat_ws(' ', s.xmin, s.ctid, c.xmin, c.ctid,
+                    (select pg_catalog.string_agg(a.xmin::text || a.ctid::text || coalesce((
+                            select y.xmin::text || y.ctid::text from pg_catalog.pg_type y where y.oid = a.atttypid), ''),
+                            ',' order by a.attnum)
+                        from pg_catalog.pg_attribute a where a.attrelid = c.oid and a.attnum > 0),
+                    (select pg_catalog.string_agg(d.xmin::text || d.ctid::text, ',' order by d.oid) from pg_catalog.pg_attrdef d where d.adrelid = c.oid),
+                    (select pg_catalog.string_agg(g.xmin::text || g.ctid::text, ',' order by g.oid) from pg_catalog.pg_trigger g where g.tgrelid = c.oid),
+                    (select pg_catalog.string_agg(y.xmin::text || y.ctid::text, ',' order by y.oid) from pg_catalog.pg_policy y where y.polrelid = c.oid),
+                    (select pg_catalog.string_agg(i.xmin::text || i.ctid::text, ',' order by i.indexrelid) from pg_catalog.pg_index i where i.indrelid = c.oid),
+                    (select pg_catalog.string_agg(f.xmin::text || f.ctid::text, ',' order by f.oid) from pg_catalog.pg_proc f
+                        where f.oid = any (array['ferry.push_tables(jsonb)'::regprocedure, 'ferry.write_rule(text, text, name)'::regprocedure,
+                            'ferry.upsert_shape(regclass)'::regprocedure, 'ferry.key_json_type(oid)'::regprocedure,
+                            'ferry.primary_key(regclass)'::regprocedure, 'ferry.unwritable_columns()'::regprocedure]::oid[])))
+                    as fingerprint
+            from ferry.synced_tables s
+            -- By the table's oid (offset 0 keeps the planner from hashing a scan of pg_class).
+            cross join lateral (
+                select c.oid, c.relname, c.xmin, c.ctid from pg_catalog.pg_class c where c.oid = s.table_name offset 0
+            ) c
+            where c.relname in (select m ->> 'table' from pg_catalog.jsonb_array_elements(p_list) m)
+        loop
+            v_cached := pg_catalog.current_setting('ferry.push_table_' || pg_catalog.md5(v_table.relname), true);
+            if pg_catalog.split_part(v_cached, E'\n', 1) = v_table.fingerprint then
+                v_tables := v_tables || pg_catalog.jsonb_build_object(v_table.relname, pg_catalog.split_part(v_cached, E'\n', 3)::jsonb);
+            else
+                v_valid_for := v_valid_for || pg_catalog.jsonb_build_object(v_table.relname, v_table.fingerprint);
+            end if;
+        end loop;
+        if v_valid_for = '{}'::jsonb then
+            return v_tables;
+        end if;
+        v_stale := array(select pg_catalog.jsonb_object_keys(v_valid_for));
     end if;
 
     select pg_catalog.jsonb_object_agg(c.relname, pg_catalog.jsonb_build_object(
@@ -191,17 +250,19 @@ begin
                     where y.polrelid = c.oid and y.polname not in ('ferry_read', 'ferry_insert', 'ferry_update', 'ferry_delete')
                 ) as ok
         ) sb
-        where c.relname in (select pg_catalog.jsonb_object_keys(v_fingerprints));
+        where c.relname = any (v_stale);
     for v_entry in select e.key, e.value from pg_catalog.jsonb_each(v_read) e loop
-        perform pg_catalog.set_config('ferry.push_table_' || (v_entry.value ->> 'oid'),
-            (v_fingerprints ->> v_entry.key) || E'\n' || v_entry.value::text, false);
+        perform pg_catalog.set_config('ferry.push_table_' || pg_catalog.md5(v_entry.key),
+            coalesce('noted ' || v_noting || E'\n' || v_since::text || ' ' || coalesce(v_reader::text, ''),
+                (v_valid_for ->> v_entry.key) || E'\n')
+                || E'\n' || v_entry.value::text, false);
     end loop;
-    return v_tables || coalesce(v_read, '{}'::jsonb);
+    return coalesce(v_tables, '{}'::jsonb) || coalesce(v_read, '{}'::jsonb);
 end
 $$;
 
 comment on function ferry.push_tables(jsonb) is
-    'What push needs about each synced table a batch names (owner, key, writable columns, shape, set_based, rules), by name: from the catalog, or this session''s cache of it while the catalog rows it was read from are unchanged';
+    'What push needs about each synced table a batch names (owner, key, writable columns, shape, set_based, rules), by name: from the catalog, or this session''s cache of it while no change it depends on was noted (or, without Ferry''s event triggers, while the catalog rows it was read from are unchanged)';
 
 -- MARK: - The set-based path's rules
 
