@@ -3144,14 +3144,15 @@ begin
             ) t
             -- Fresh while no noted change is invisible in that snapshot, and the reading
             -- transaction noted none (its own changes count as seen in its snapshot, but it
-            -- may have made some after reading, or before, and be making more).
+            -- may have made some after reading, or before, and be making more). It was
+            -- running when the snapshot was taken, so its id is not below the snapshot's
+            -- xmin: one index range holds both.
             cross join lateral (
-                select v.cached, t.since is not null
-                    and not exists (
+                select v.cached, t.since is not null and not exists (
                         select from ferry.catalog_changes x
                         where x.changed_by >= pg_catalog.pg_snapshot_xmin(t.since)
-                            and not pg_catalog.pg_visible_in_snapshot(x.changed_by, t.since))
-                    and not exists (select from ferry.catalog_changes x where x.changed_by = t.reader) as fresh
+                            and (not pg_catalog.pg_visible_in_snapshot(x.changed_by, t.since) or x.changed_by = t.reader)
+                    ) as fresh
             ) c
             where n.name is not null;
         if v_stale is null then

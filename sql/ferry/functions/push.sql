@@ -100,7 +100,7 @@ $$;
 --   ALWAYS (their row versions are part of what an answer is valid for, so disabling one
 --   for a while is seen), an answer is right while no noted change is invisible in the
 --   snapshot taken before it was read, and the transaction that read it noted none (its
---   own are visible in its snapshot, made before or after the read): two index lookups
+--   own are visible in its snapshot, made before or after the read): one index range
 --   over the newest notes, and three relation locks instead of thirteen, which also
 --   leaves PostgreSQL's sixteen fast-path lock slots to the push's own tables.
 -- - The fingerprint, when a superuser did not install the event triggers: the list of
@@ -148,14 +148,15 @@ begin
             ) t
             -- Fresh while no noted change is invisible in that snapshot, and the reading
             -- transaction noted none (its own changes count as seen in its snapshot, but it
-            -- may have made some after reading, or before, and be making more).
+            -- may have made some after reading, or before, and be making more). It was
+            -- running when the snapshot was taken, so its id is not below the snapshot's
+            -- xmin: one index range holds both.
             cross join lateral (
-                select v.cached, t.since is not null
-                    and not exists (
+                select v.cached, t.since is not null and not exists (
                         select from ferry.catalog_changes x
                         where x.changed_by >= pg_catalog.pg_snapshot_xmin(t.since)
-                            and not pg_catalog.pg_visible_in_snapshot(x.changed_by, t.since))
-                    and not exists (select from ferry.catalog_changes x where x.changed_by = t.reader) as fresh
+                            and (not pg_catalog.pg_visible_in_snapshot(x.changed_by, t.since) or x.changed_by = t.reader)
+                    ) as fresh
             ) c
             where n.name is not null;
         if v_stale is null then
