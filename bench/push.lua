@@ -22,19 +22,23 @@ function done(summary, latency, requests)
     for _, thread in ipairs(threads) do total = total + thread:get("duplicates") end
     io.write("duplicate batches: " .. total .. "\n")
 end
-local tokens, template, base, n = {}, nil, 0, 0
+-- The template is split at its "@"s once, and each body joined with the request's
+-- number between the parts: a pattern substitution over the body per request cost wrk
+-- about 50 µs of CPU, on the cores the gateway and PostgreSQL share.
+local tokens, parts, base, n = {}, {}, 0, 0
 function init(args)
     local threads, index = tonumber(args[2]), 0
     for line in io.lines(args[1]) do
         if index % threads == id - 1 then tokens[#tokens + 1] = "Bearer " .. line end
         index = index + 1
     end
-    local f = io.open(args[3]); template = f:read("*l"); f:close()
+    local f = io.open(args[3]); local template = f:read("*l"); f:close()
+    for part in (template .. "@"):gmatch("([^@]*)@") do parts[#parts + 1] = part end
     base = tonumber(args[4])
 end
 request = function()
     n = n + 1
-    local body = template:gsub("@", tostring(base + n))
     return wrk.format("POST", "/v1/push",
-        { ["Authorization"] = tokens[n % #tokens + 1], ["Content-Type"] = "application/json" }, body)
+        { ["Authorization"] = tokens[n % #tokens + 1], ["Content-Type"] = "application/json" },
+        table.concat(parts, tostring(base + n)))
 end
