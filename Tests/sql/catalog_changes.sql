@@ -21,7 +21,11 @@ begin;
 
 create table public.noted_ddl (user_id uuid not null, id text not null, title text, primary key (user_id, id));
 create table public.not_synced (id integer primary key);
+-- A synced table that inherits from one that is not.
+create table public.noted_parent (note text);
+create table public.noted_child (user_id uuid not null, id text not null, primary key (user_id, id)) inherits (public.noted_parent);
 select ferry.register_table('public.noted_ddl', strategy => 'lww') is null;
+select ferry.register_table('public.noted_child', strategy => 'lww') is null;
 
 create schema catalog_test;
 -- Whether this transaction is noted; and its note deleted, so the next one shows.
@@ -44,7 +48,7 @@ as $$
         E'\n'), false) is null
 $$;
 
-select plan(34);
+select plan(36);
 
 select is((select pg_catalog.array_agg(e.evtname || ' ' || e.evtenabled::text order by e.evtname) from pg_catalog.pg_event_trigger e
         where e.evtname like 'ferry\_note\_%'),
@@ -100,6 +104,13 @@ select ok(catalog_test.noted(), 'a function made in schema ferry');
 select catalog_test.forget();
 update ferry.synced_tables s set strategy = s.strategy where s.table_name = 'public.noted_ddl'::regclass;
 select ok(catalog_test.noted(), 'a change to the registry');
+
+select catalog_test.forget();
+alter table public.noted_parent add column extra text;
+select ok(catalog_test.noted(), 'a column added to the parent of a synced table (its child gets it too)');
+select catalog_test.forget();
+alter table public.noted_parent drop column extra;
+select ok(catalog_test.noted(), 'and dropped from it');
 
 -- What is not noted.
 select catalog_test.forget();

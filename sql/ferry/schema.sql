@@ -1977,7 +1977,7 @@ begin
         select from pg_catalog.pg_event_trigger_ddl_commands() c
         where c.schema_name = 'ferry'
             or (c.classid = 'pg_catalog.pg_type'::regclass and c.schema_name is distinct from 'pg_temp')
-            or case c.classid
+            or ferry.reaches_synced_table(case c.classid
                 when 'pg_catalog.pg_class'::regclass then coalesce(
                     (select i.indrelid from pg_catalog.pg_index i where i.indexrelid = c.objid), c.objid)
                 when 'pg_catalog.pg_trigger'::regclass then (select t.tgrelid from pg_catalog.pg_trigger t where t.oid = c.objid)
@@ -1986,7 +1986,7 @@ begin
                 when 'pg_catalog.pg_constraint'::regclass then
                     (select k.conrelid from pg_catalog.pg_constraint k where k.oid = c.objid)
                 when 'pg_catalog.pg_rewrite'::regclass then (select w.ev_class from pg_catalog.pg_rewrite w where w.oid = c.objid)
-            end in (select s.table_name::oid from ferry.synced_tables s)
+            end)
     ) then
         perform ferry.note_catalog_change();
     end if;
@@ -2014,10 +2014,10 @@ begin
         select from pg_catalog.pg_event_trigger_dropped_objects() o
         where not o.is_temporary
             and (o.schema_name = 'ferry' or o.object_type in ('index', 'type', 'domain')
-                or o.objid in (select s.table_name::oid from ferry.synced_tables s)
+                or ferry.reaches_synced_table(o.objid)
                 or (o.object_type in ('table column', 'default value', 'trigger', 'policy', 'rule', 'table constraint')
-                    and pg_catalog.to_regclass(pg_catalog.format('%I.%I', o.address_names[1], o.address_names[2]))::oid
-                        in (select s.table_name::oid from ferry.synced_tables s)))
+                    and ferry.reaches_synced_table(
+                        pg_catalog.to_regclass(pg_catalog.format('%I.%I', o.address_names[1], o.address_names[2]))::oid)))
     ) then
         perform ferry.note_catalog_change();
     end if;
@@ -3304,6 +3304,30 @@ begin
     return v_skip;
 end
 $$;
+
+
+--
+-- Name: reaches_synced_table(oid); Type: FUNCTION; Schema: ferry; Owner: -
+--
+
+CREATE FUNCTION ferry.reaches_synced_table(p_relation oid) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO ''
+    AS $$
+    with recursive below (relid) as (
+        select p_relation
+        union
+        select i.inhrelid from pg_catalog.pg_inherits i join below b on i.inhparent = b.relid
+    )
+    select exists (select from below b join ferry.synced_tables s on s.table_name::oid = b.relid)
+$$;
+
+
+--
+-- Name: FUNCTION reaches_synced_table(p_relation oid); Type: COMMENT; Schema: ferry; Owner: -
+--
+
+COMMENT ON FUNCTION ferry.reaches_synced_table(p_relation oid) IS 'Whether a relation is a synced table or a parent of one, at any depth: DDL on it may change what push caches';
 
 
 --
@@ -6961,6 +6985,13 @@ GRANT ALL ON FUNCTION ferry.queue_cue(p_payload text) TO ferry_client;
 --
 
 REVOKE ALL ON FUNCTION ferry.quiet_lock_writes(p_table text) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION reaches_synced_table(p_relation oid); Type: ACL; Schema: ferry; Owner: -
+--
+
+REVOKE ALL ON FUNCTION ferry.reaches_synced_table(p_relation oid) FROM PUBLIC;
 
 
 --

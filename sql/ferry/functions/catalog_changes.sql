@@ -22,9 +22,25 @@ $$;
 comment on function ferry.note_catalog_change() is
     'Notes the calling transaction in ferry.catalog_changes (once): what push caches about the synced tables may have changed';
 
+-- Whether a relation is a synced table or is inherited by one, at any depth (a column
+-- added to a parent or a partitioned table is added to its children too).
+create or replace function ferry.reaches_synced_table(p_relation oid) returns boolean
+language sql stable set search_path = ''
+as $$
+    with recursive below (relid) as (
+        select p_relation
+        union
+        select i.inhrelid from pg_catalog.pg_inherits i join below b on i.inhparent = b.relid
+    )
+    select exists (select from below b join ferry.synced_tables s on s.table_name::oid = b.relid)
+$$;
+
+comment on function ferry.reaches_synced_table(oid) is
+    'Whether a relation is a synced table or a parent of one, at any depth: DDL on it may change what push caches';
+
 -- ddl_command_end: notes the transaction when a command's object is, or hangs off, a
--- synced table, or is a type (a domain's default reaches a column's), or is in schema
--- ferry. Any other DDL (another table, a temporary one) is not noted.
+-- synced table or a parent of one, or is a type (a domain's default reaches a column's),
+-- or is in schema ferry. Any other DDL (another table, a temporary one) is not noted.
 create or replace function ferry.note_ddl() returns event_trigger
 language plpgsql security definer set search_path = ''
 as $$
@@ -33,7 +49,7 @@ begin
         select from pg_catalog.pg_event_trigger_ddl_commands() c
         where c.schema_name = 'ferry'
             or (c.classid = 'pg_catalog.pg_type'::regclass and c.schema_name is distinct from 'pg_temp')
-            or case c.classid
+            or ferry.reaches_synced_table(case c.classid
                 when 'pg_catalog.pg_class'::regclass then coalesce(
                     (select i.indrelid from pg_catalog.pg_index i where i.indexrelid = c.objid), c.objid)
                 when 'pg_catalog.pg_trigger'::regclass then (select t.tgrelid from pg_catalog.pg_trigger t where t.oid = c.objid)
@@ -42,7 +58,7 @@ begin
                 when 'pg_catalog.pg_constraint'::regclass then
                     (select k.conrelid from pg_catalog.pg_constraint k where k.oid = c.objid)
                 when 'pg_catalog.pg_rewrite'::regclass then (select w.ev_class from pg_catalog.pg_rewrite w where w.oid = c.objid)
-            end in (select s.table_name::oid from ferry.synced_tables s)
+            end)
     ) then
         perform ferry.note_catalog_change();
     end if;
@@ -63,10 +79,10 @@ begin
         select from pg_catalog.pg_event_trigger_dropped_objects() o
         where not o.is_temporary
             and (o.schema_name = 'ferry' or o.object_type in ('index', 'type', 'domain')
-                or o.objid in (select s.table_name::oid from ferry.synced_tables s)
+                or ferry.reaches_synced_table(o.objid)
                 or (o.object_type in ('table column', 'default value', 'trigger', 'policy', 'rule', 'table constraint')
-                    and pg_catalog.to_regclass(pg_catalog.format('%I.%I', o.address_names[1], o.address_names[2]))::oid
-                        in (select s.table_name::oid from ferry.synced_tables s)))
+                    and ferry.reaches_synced_table(
+                        pg_catalog.to_regclass(pg_catalog.format('%I.%I', o.address_names[1], o.address_names[2]))::oid)))
     ) then
         perform ferry.note_catalog_change();
     end if;
@@ -118,5 +134,6 @@ $$;
 
 -- MARK: - Grants
 
-revoke all on function ferry.note_catalog_change(), ferry.note_ddl(), ferry.note_drop(), ferry.note_registry_change()
+revoke all on function ferry.note_catalog_change(), ferry.reaches_synced_table(oid), ferry.note_ddl(), ferry.note_drop(),
+    ferry.note_registry_change()
 from public;
