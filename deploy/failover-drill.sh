@@ -174,7 +174,16 @@ HAPROXY_PRIMARY_ADDRESS=127.0.0.1:$(port 40) HAPROXY_STATS_ADDRESS=127.0.0.1:$(p
 chown -R postgres "$work/haproxy"
 start haproxy haproxy -db -f "$work/haproxy/haproxy.cfg"
 owner_base="postgresql://postgres:$SUPERUSER_PASSWORD@127.0.0.1:$(port 40)"
-wait_for 30 "haproxy to reach the primary" psql -X -At "$owner_base/postgres" -c "select 1"
+# Until its health checks mark the standby down, haproxy sends connections to both nodes
+# in turn (a database made on the standby fails: read-only): wait until four connections
+# in a row reach the primary.
+only_primary() {
+    local n
+    for n in 1 2 3 4; do
+        [ "$(psql -X -At "$owner_base/postgres" -c "select pg_is_in_recovery()" 2>/dev/null)" = f ] || return 1
+    done
+}
+wait_for 30 "haproxy to reach the primary only" only_primary
 say "haproxy: the primary at 127.0.0.1:$(port 40)"
 
 # --- Ferry -----------------------------------------------------------------------------
