@@ -91,9 +91,9 @@ $$;
 -- Read from the catalog once per session and table, then from the session's cache: a
 -- setting, ferry.push_table_<md5 of the name>, holding three lines, what the answer is
 -- valid for, when it was read, and the answer (a setting made in a transaction that rolls
--- back is undone with it). The catalog query costs a push of 50 mutations about a fifth of its
--- time; the check that the cache is still right is all a push pays, so it must be cheap
--- and exact. Two ways, by what the migration could install:
+-- back is undone with it). The catalog query costs a push of 50 mutations about a fifth
+-- of its time; the check that the cache is still right is all a push pays, so it must
+-- be cheap and exact. Two ways, by what the migration could install:
 -- - Noted changes (functions/catalog_changes.sql): Ferry's two event triggers note in
 --   ferry.catalog_changes every transaction whose DDL could change an answer, and the
 --   registry's trigger every change to it. While both triggers are there and enabled
