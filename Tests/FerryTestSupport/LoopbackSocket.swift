@@ -1,4 +1,6 @@
+import Foundation
 import Glibc
+import Synchronization
 
 /// A TCP socket bound to 127.0.0.1 on a port the kernel chose, for tests that need a
 /// free port or a peer that never answers.
@@ -72,8 +74,49 @@ public func acceptsConnections(onLoopbackPort port: Int) -> Bool {
     }
 }
 
-/// A free loopback port: bound, read back, released.
-public func freePort() throws -> Int { try LoopbackSocket().port }
+/// A free loopback port for a server the test starts next: bound, read back, released.
+///
+/// It comes from below the kernel's ephemeral range (`ip_local_port_range`). The
+/// kernel takes outgoing connections' local ports from that range, so a port handed
+/// out from inside it can be taken by any test's client before the server binds it
+/// (`EADDRINUSE`); below it only another bind can take it, and this process hands
+/// those out in turn.
+public func freePort() throws -> Int {
+    for _ in 0..<64 {
+        guard let candidate = belowEphemeralPorts.next() else { break }
+        if let socket = try? LoopbackSocket(port: candidate) { return socket.port }
+    }
+    return try LoopbackSocket().port
+}
+
+/// The ports `freePort()` hands out, in turn from a random start: 20000 up to the
+/// kernel's ephemeral range.
+private let belowEphemeralPorts = PortSequence(
+    low: 20_000, high: (ephemeralPortRangeStart() ?? 32_768) - 1)
+
+private final class PortSequence: Sendable {
+    private let range: ClosedRange<Int>?
+    private let last: Mutex<Int>
+
+    init(low: Int, high: Int) {
+        range = low <= high ? low...high : nil
+        last = Mutex(range.map { Int.random(in: $0) } ?? 0)
+    }
+
+    func next() -> Int? {
+        guard let range else { return nil }
+        return last.withLock { last in
+            last = last < range.upperBound ? last + 1 : range.lowerBound
+            return last
+        }
+    }
+}
+
+private func ephemeralPortRangeStart() -> Int? {
+    guard let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)
+    else { return nil }
+    return text.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) }
+}
 
 /// Runs `body` with a loopback port that refuses every connection for as long as it
 /// runs: bound, never listened on, so no other test's server can take it meanwhile
