@@ -48,7 +48,7 @@ as $$
         E'\n'), false) is null
 $$;
 
-select plan(36);
+select plan(39);
 
 select is((select pg_catalog.array_agg(e.evtname || ' ' || e.evtenabled::text order by e.evtname) from pg_catalog.pg_event_trigger e
         where e.evtname like 'ferry\_note\_%'),
@@ -149,6 +149,15 @@ select catalog_test.plant(2, (select s.since::text || ' ' || pg_catalog.pg_curre
 select is(catalog_test.answer() ->> 'owner', 'user_id', 'read by a transaction that noted a change: read again');
 select catalog_test.plant(1, 'noted 1(0,1) 1(0,2)'), catalog_test.plant(3, '{"marker": true}');
 select is(catalog_test.answer() ->> 'owner', 'user_id', 'kept under other event trigger versions: read again');
+-- The names a batch gives, each looked up once, whatever comes first: a name that is
+-- not a string (or none) names no table, and a table repeated is one entry.
+select is((select pg_catalog.array_agg(k order by k) from pg_catalog.jsonb_object_keys(ferry.push_tables(
+        '[{"table": 5}, {"id": 1}, {"table": "noted_ddl"}, {"table": "noted_child"}, {"table": "noted_ddl"}, {"table": "nothing"}]')) k),
+    '{noted_child,noted_ddl}', 'a batch naming several tables, a number and none first: each synced one answered');
+select is((select pg_catalog.array_agg(k) from pg_catalog.jsonb_object_keys(ferry.push_tables(
+        '[{"table": "noted_ddl"}, {"table": "noted_ddl"}, {"table": 5}]')) k),
+    '{noted_ddl}', 'a batch naming one table twice and a number: that table');
+select is(ferry.push_tables('[{"table": 5}, {"op": "upsert"}]'), '{}', 'a batch naming no table by a string: none');
 -- This transaction's own DDL, after its answer was kept.
 select catalog_test.forget();
 select is(catalog_test.answer() ->> 'columns', '{"id": true, "title": true, "user_id": true}', 'the columns, read');
