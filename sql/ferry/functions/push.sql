@@ -437,14 +437,19 @@ begin
         -- What a row of the run may hold: the first one's columns, the owner and updated_at.
         v_run_columns := v_first_keys || array[v_first_owner, 'updated_at'];
         if array(select pg_catalog.jsonb_object_keys(v_first_table -> 'columns')) @> (v_first_keys || v_first_owner) then
-            -- (Left to right: each test runs only when those before it held.)
+            -- (Left to right: each test runs only when those before it held. Each row is
+            -- taken out of its mutation once, in the subquery, which offset 0 keeps apart.)
             select pg_catalog.bool_and(
                     l.m ->> 'op' = 'upsert' and l.m -> 'table' = v_first -> 'table'
-                    and (l.m ->> 'id')::bigint > case when l.o = 1 then v_last else (v_list -> (l.o::integer - 2) ->> 'id')::bigint end
-                    and pg_catalog.jsonb_typeof(l.m -> 'row') = 'object' and l.m -> 'row' ?& v_first_keys
-                    and ferry.writes_row_set_based(l.m -> 'row', v_first_owner, v_run_columns, v_user))
+                    and (l.m ->> 'id')::bigint > case when l.o = 1 then v_last else (v_ids ->> (l.o::integer - 2))::bigint end
+                    and pg_catalog.jsonb_typeof(l.r) = 'object' and l.r ?& v_first_keys
+                    and ferry.writes_row_set_based(l.r, v_first_owner, v_run_columns, v_user))
                 into v_whole_run
-                from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o);
+                from (
+                    select l.m, l.o, l.m -> 'row' as r
+                    from pg_catalog.jsonb_array_elements(v_list) with ordinality l(m, o)
+                    offset 0
+                ) l;
         end if;
         if v_whole_run then
             v_runs := pg_catalog.jsonb_build_object('0', pg_catalog.jsonb_build_object(
