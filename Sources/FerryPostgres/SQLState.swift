@@ -11,6 +11,8 @@ public enum SQLState {
     public static let invalidSchemaName = "3F000"
     /// `40002` transaction_integrity_constraint_violation: a deferred constraint at commit.
     public static let transactionIntegrityConstraintViolation = "40002"
+    /// `40P01` deadlock_detected: the server rolled back one transaction of a cycle.
+    public static let deadlockDetected = "40P01"
     /// `42501` insufficient_privilege.
     public static let insufficientPrivilege = "42501"
     /// `42883` undefined_function.

@@ -34,15 +34,28 @@ extension LoopContext {
 
     /// Runs `query` as `identity`, whose request ``admit(_:pushing:answering:)`` counted,
     /// and gives its place back once the database has answered.
+    ///
+    /// A deadlock (two pushes of one user's devices writing the same rows in opposite
+    /// orders) is run once more before it is answered: PostgreSQL rolled the whole
+    /// transaction back and the other one goes on, so the same request almost always
+    /// succeeds at once, and a client need not wait out a retryable `503` for it.
     func run<Query: DatabaseQuery>(
         admitted query: Query, as identity: Identity,
         _ completion: @escaping (Result<Query.Answer, QueryFailure>) -> Void
     ) {
-        let requests = self.requests
-        pool.pipeline([identity.statement(timeout: pool.statementTimeoutSetting), query.statement]) { outcome in
+        let (requests, pool, logger) = (self.requests, self.pool, self.logger)
+        let statements = [identity.statement(timeout: pool.statementTimeoutSetting), query.statement]
+        let answer = { (outcome: Result<[PostgresResult], PostgresError>) in
             requests.finish(identity)
             // The identity statement's result is left out.
             completion(Query.decode(outcome.map { $0[1] }))
+        }
+        pool.pipeline(statements) { outcome in
+            guard case .failure(let error) = outcome, error.sqlState == SQLState.deadlockDetected else {
+                return answer(outcome)
+            }
+            logger.log(.info, "deadlock: running the request once more", ["query": Query.logName])
+            pool.pipeline(statements, answer)
         }
     }
 

@@ -176,30 +176,79 @@ import Testing
 
     // MARK: - 40: transaction rollback
 
-    @Test func aDeadlockIsUnavailableAndAppliesNothing() async throws {
+    /// A push that deadlocks is run once more by the gateway (RunningQueries.swift): the
+    /// other transaction goes on, and the client is answered as if nothing happened.
+    @Test func aDeadlockedPushIsRunOnceMoreAndApplies() async throws {
         try await withItems { server, device in
-            let seeded = try await server.pushBatch(device, [upsert(1, "a", title: "a0"), upsert(2, "b", title: "b0")])
-            try #require(seeded.outcomes == ["applied", "applied"], "\(seeded.response)")
-            // The other transaction holds a, then wants b, which the push holds while it
-            // waits on a; it waits long enough that the push's backend finds the deadlock.
-            let other = try await server.database.database.connect()
-            try await other.execute(
-                "set deadlock_timeout = '60s'; begin; update public.items set title = 'other' where id = 'a'")
-            async let pushed = server.pushBatch(device, [upsert(3, "b", title: "b1"), upsert(4, "a", title: "a1")])
+            let other = try await deadlockWithAPush(server, device)
+            // The push was rolled back, so the other transaction has b; its second run
+            // waits for it.
+            try await other.execute("rollback")
+            await other.close()
+            let answer = try await other.pushed
+            #expect(answer.response.status == 200, "\(answer.response)")
+            #expect(answer.outcomes == ["applied", "applied", "applied"], "\(answer.response)")
+            #expect(answer.lastMutationID == 6)
+            #expect(
+                try await server.database.rows("select id, title from public.items order by id") == [
+                    ["a", "a1"], ["b", "b1"], ["c", "c1"],
+                ])
+        }
+    }
+
+    /// Run once more, a push that deadlocks again is answered 503 and applies nothing.
+    @Test func aPushThatDeadlocksTwiceIsUnavailableAndAppliesNothing() async throws {
+        try await withItems { server, device in
+            let other = try await deadlockWithAPush(server, device)
+            // The second run holds c and waits for b: wanting c deadlocks it again.
             let waiting = try await server.database.gatewayBackendWaitingOnALock(running: "ferry.push")
-            try #require(waiting != nil, "the push never waited on row a")
-            try await other.execute("update public.items set title = 'other' where id = 'b'")
-            expectUnavailable(try await pushed.response)
+            try #require(waiting != nil, "the push was not run once more")
+            try await other.execute("update public.items set title = 'other' where id = 'c'")
+            expectUnavailable(try await other.pushed.response)
             try await other.execute("rollback")
             await other.close()
             #expect(
                 try await server.database.rows("select id, title from public.items order by id") == [
-                    ["a", "a0"], ["b", "b0"],
+                    ["a", "a0"], ["b", "b0"], ["c", "c0"],
                 ])
-            let retried = try await server.pushBatch(
-                device, [upsert(3, "b", title: "b1"), upsert(4, "a", title: "a1")])
-            #expect(retried.outcomes == ["applied", "applied"], "\(retried.response)")
+            let retried = try await server.pushBatch(device, Self.deadlockingBatch)
+            #expect(retried.outcomes == ["applied", "applied", "applied"], "\(retried.response)")
         }
+    }
+
+    /// Writes c, b then a, in that order (one statement).
+    static var deadlockingBatch: [[String: Any]] {
+        [
+            ["id": 4, "table": "items", "op": "upsert", "row": ["id": "c", "title": "c1"]],
+            ["id": 5, "table": "items", "op": "upsert", "row": ["id": "b", "title": "b1"]],
+            ["id": 6, "table": "items", "op": "upsert", "row": ["id": "a", "title": "a1"]],
+        ]
+    }
+
+    /// Another transaction and a push of ``deadlockingBatch`` in flight, deadlocked once:
+    /// the other holds a; the push holds c and b and waits on a; the other then wants b,
+    /// and waits long enough that the push's backend finds the deadlock and is rolled
+    /// back. Returns with the other transaction holding a and b.
+    func deadlockWithAPush(_ server: AccountsGateway, _ device: TestSession) async throws -> DeadlockedPush {
+        let seeded = try await server.pushBatch(
+            device, [upsert(1, "a", title: "a0"), upsert(2, "b", title: "b0"), upsert(3, "c", title: "c0")])
+        try #require(seeded.outcomes == ["applied", "applied", "applied"], "\(seeded.response)")
+        let connection = try await server.database.database.connect()
+        try await connection.execute(
+            "set deadlock_timeout = '60s'; begin; update public.items set title = 'other' where id = 'a'")
+        let pushed = Task { try await server.pushBatch(device, Self.deadlockingBatch) }
+        let waiting = try await server.database.gatewayBackendWaitingOnALock(running: "ferry.push")
+        try #require(waiting != nil, "the push never waited on row a")
+        try await connection.execute("update public.items set title = 'other' where id = 'b'")
+        return DeadlockedPush(connection: connection, push: pushed)
+    }
+
+    struct DeadlockedPush {
+        let connection: PostgresClient
+        let push: Task<PushResponse, any Error>
+        var pushed: PushResponse { get async throws { try await push.value } }
+        func execute(_ sql: String) async throws { try await connection.execute(sql) }
+        func close() async { await connection.close() }
     }
 
     /// A real 40001: the push (repeatable read, the database's default here) waits on a
