@@ -171,8 +171,9 @@ import Testing
             let device = gateway.device("phone")
             try await gateway.demoJSON(device, "enqueue", "tasks", "upsert", #"{"id": "t-1"}"#)
             let runs = try (0..<8).map { _ in try gateway.startDemo(device, ["sync"]) }
+            // Each waits on the ones before it: patient, for a machine busy with the whole suite.
             for (child, _, errors) in runs {
-                let (ending, _) = try await offload { child.wait(seconds: 60) }
+                let (ending, _) = try await offload { child.wait(seconds: 180) }
                 #expect(ending == .exited(0), "\((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")")
             }
             let user = try #require(try await gateway.status(device)["user_id"] as? String)
