@@ -118,7 +118,7 @@ declare
     v_since pg_snapshot;
     v_reader xid8;
     v_tables jsonb;
-    v_given jsonb;
+    v_every_name jsonb;
     v_names text[];
     v_name text;
     v_answer_since pg_snapshot;
@@ -139,9 +139,9 @@ begin
     if v_noting is not null then
         -- The table names the batch gives (as strings: any other value names no table),
         -- each once; the usual batch gives one, and only when it gives more are they sorted.
-        v_given := pg_catalog.jsonb_path_query_array(p_list, '$[*].table ? (@.type() == "string")');
-        v_names := case when v_given <@ pg_catalog.jsonb_build_array(v_given -> 0) then array[v_given ->> 0]
-            else array(select distinct pg_catalog.jsonb_array_elements_text(v_given)) end;
+        v_every_name := pg_catalog.jsonb_path_query_array(p_list, '$[*].table ? (@.type() == "string")');
+        v_names := case when v_every_name <@ pg_catalog.jsonb_build_array(v_every_name -> 0) then array[v_every_name ->> 0]
+            else array(select distinct pg_catalog.jsonb_array_elements_text(v_every_name)) end;
         -- Their cached answers that no noted change has outdated, and the names without
         -- one (not synced tables among them: the query below skips those).
         v_tables := '{}'::jsonb;
