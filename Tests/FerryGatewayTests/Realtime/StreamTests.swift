@@ -411,9 +411,8 @@ import Testing
     @Test func anOversizedClientMessageCloses1009AndOtherStreamsCarryOn() async throws {
         try await withAccountsGateway(arguments: ["--stream-max-message-bytes", "1024"]) { harness in
             let session = try await harness.signUpAnonymous()
-            // Patient reads: under the whole suite's load this test has taken minutes.
-            let rude = try await harness.openStream(session, .webSocket, timeout: 60)
-            let polite = try await harness.openStream(session, .webSocket, timeout: 60)
+            let rude = try await harness.openStream(session, .webSocket)
+            let polite = try await harness.openStream(session, .webSocket)
             _ = try await rude.nextMessageAsync(ofType: "hello")
             _ = try await polite.nextMessageAsync(ofType: "hello")
             try await offload { try rude.sendText(String(repeating: "x", count: 4096)) }
